@@ -1,0 +1,1 @@
+"""Device backends. ``cuda`` is imported only when a pipeline has GPU operators."""

@@ -1,0 +1,209 @@
+"""The operator contract: what the executor and dynamic mode call.
+
+An operator instance is made once per pipeline (or per eager call) with its
+static arguments already checked against its schema. Per iteration the
+executor calls ``run_cpu`` (host) or ``run_gpu`` (device, incl. "mixed") with
+the batch's inputs and the per-sample argument inputs.
+
+Most CPU operators only implement :meth:`Operator.run_sample`; the default
+``run_cpu`` maps it over the pipeline's thread pool. Every heavy call inside
+(OpenCV, NumPy) releases the GIL, so threads scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker.errors import OperatorError, SampleError, StokerError
+from stoker.random_state import batch_generator, sample_generator
+from stoker.tensors import TensorListCPU
+
+
+@dataclass
+class BatchContext:
+    """What an operator knows about the batch it runs on."""
+
+    batch_size: int
+    iteration: int = 0
+    epoch: int = 0
+    pool: ThreadPoolExecutor | None = None
+    sources: Sequence[str] = ()
+    stream: Any = None  # the pipeline's CUDA stream, on the GPU stage
+    device_id: int | None = None
+    prepared: Any = None  # what a source operator prepared for this batch in advance()
+
+    def source(self, i: int) -> str:
+        return self.sources[i] if i < len(self.sources) else ""
+
+
+@dataclass
+class SampleContext:
+    """What an operator knows about one sample: where it came from and its random stream."""
+
+    index: int
+    iteration: int
+    op_seed: int
+    source: str = ""
+    _rng: np.random.Generator | None = field(default=None, repr=False)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        if self._rng is None:
+            self._rng = sample_generator(self.op_seed, self.iteration, self.index)
+        return self._rng
+
+
+class Operator:
+    """Base of all operators. Subclasses set ``schema`` and implement the compute methods."""
+
+    schema: Any = None  # a stoker.operators.schema.Schema
+
+    def __init__(self, args: dict, device: str, *, op_seed: int = 0, origin: str = "", name: str = ""):
+        self.args = args
+        self.device = device
+        self.op_seed = op_seed
+        self.origin = origin
+        self.instance_name = name or self.schema.name
+        self.setup()
+
+    # --- to override ------------------------------------------------------
+    def setup(self) -> None:
+        """Check and precompute from static arguments (raise PipelineBuildError on bad ones)."""
+
+    def output_layouts(self, input_layouts: list[str]) -> list[str]:
+        """Layout of each output given the inputs' layouts (default: the first input's)."""
+        first = input_layouts[0] if input_layouts else ""
+        return [first] * self.num_outputs
+
+    def run_sample(self, inputs: tuple, args: dict, ctx: SampleContext):
+        """Compute one sample on the CPU: return an array or a tuple of arrays."""
+        raise NotImplementedError(f"{self.schema.name} has no CPU implementation")
+
+    def run_cpu(self, batch: BatchContext, inputs: list[TensorListCPU], arg_inputs: dict[str, list]) -> list:
+        """Compute a batch on the CPU. Default: run_sample over the thread pool."""
+        n = len(inputs[0]) if inputs else batch.batch_size
+        sample_inputs = [tuple(t.samples()[i] for t in inputs) for i in range(n)]
+
+        def one(i):
+            args = self.sample_args(arg_inputs, i)
+            ctx = SampleContext(i, batch.iteration, self.op_seed, batch.source(i))
+            try:
+                out = self.run_sample(sample_inputs[i], args, ctx)
+            except OperatorError:
+                raise
+            except (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
+                    ArithmeticError, RuntimeError, AssertionError, MemoryError) as e:
+                raise self.sample_failure(e, batch, i) from e
+            return out if isinstance(out, tuple) else (out,)
+
+        if batch.pool is not None and n > 1 and self.parallel_samples:
+            results = list(batch.pool.map(one, range(n)))
+        else:
+            results = [one(i) for i in range(n)]
+        layouts = self.output_layouts([t.layout() for t in inputs])
+        outs = []
+        for k in range(self.num_outputs):
+            outs.append(TensorListCPU([r[k] for r in results], layouts[k], list(batch.sources)[:n] or None))
+        return outs
+
+    def run_gpu(self, batch: BatchContext, inputs: list, arg_inputs: dict[str, list]) -> list:
+        """Compute a batch on the GPU (inputs are TensorListGPU, or TensorListCPU for "mixed")."""
+        raise NotImplementedError(f"{self.schema.name} has no GPU implementation")
+
+    # --- helpers ------------------------------------------------------------
+    parallel_samples = True  # False for operators whose samples must run in order
+
+    @property
+    def num_outputs(self) -> int:
+        return self.schema.outputs_for(self.args)
+
+    def sample_args(self, arg_inputs: dict[str, list], i: int) -> dict:
+        """Static args overlaid with sample i's per-sample argument values (as NumPy/Python values)."""
+        if not arg_inputs:
+            return self.args
+        merged = dict(self.args)
+        for k, v in arg_inputs.items():
+            merged[k] = _scalarize(v[i])
+        return merged
+
+    def batch_rng(self, batch: BatchContext) -> np.random.Generator:
+        return batch_generator(self.op_seed, batch.iteration)
+
+    def sample_failure(self, exc: BaseException, batch: BatchContext, i: int) -> OperatorError:
+        reason = str(exc) or type(exc).__name__
+        return OperatorError(reason, operator=self.instance_name, origin=self.origin,
+                             source=batch.source(i), sample_index=i)
+
+    def error(self, message: str) -> SampleError:
+        """A per-sample error raised from run_sample (the executor adds operator and source)."""
+        return SampleError(message)
+
+
+def _scalarize(v):
+    arr = np.asarray(v)
+    if arr.ndim == 0:
+        return arr.item()
+    return arr
+
+
+class Reader(Operator):
+    """A source operator that walks a data set in epochs, with shuffling and sharding.
+
+    The executor calls :meth:`next_refs` in iteration order on one thread (cheap
+    bookkeeping) and :meth:`load` for each reference on the pool (the I/O).
+    """
+
+    parallel_samples = True
+
+    def prepare(self) -> None:
+        """List the data set (called at build)."""
+
+    def epoch_size(self, padded: bool = False) -> int:
+        raise NotImplementedError
+
+    def next_refs(self, n: int) -> list:
+        raise NotImplementedError
+
+    def advance(self, batch: BatchContext):
+        """Called by the executor in iteration order: the references of the next batch."""
+        return self.next_refs(batch.batch_size)
+
+    def load(self, ref) -> tuple:
+        raise NotImplementedError
+
+    def source_of(self, ref) -> str:
+        return str(ref)
+
+    def meta(self) -> dict:
+        return {}
+
+    def state(self) -> dict:
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        pass
+
+    def run_cpu(self, batch: BatchContext, inputs, arg_inputs):
+        refs = batch.prepared  # from advance(), called by the executor in iteration order
+        sources = [self.source_of(r) for r in refs]
+
+        def one(i):
+            try:
+                return self.load(refs[i])
+            except OperatorError:
+                raise
+            except (OSError, ValueError, SampleError) as e:
+                raise OperatorError(str(e), operator=self.instance_name, origin=self.origin,
+                                    source=sources[i], sample_index=i) from e
+
+        if batch.pool is not None and len(refs) > 1:
+            results = list(batch.pool.map(one, range(len(refs))))
+        else:
+            results = [one(i) for i in range(len(refs))]
+        layouts = self.output_layouts([])
+        return [TensorListCPU([r[k] for r in results], layouts[k], sources) for k in range(self.num_outputs)]

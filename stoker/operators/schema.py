@@ -1,0 +1,224 @@
+"""Operator schemas: the single description from which argument checking, the
+``fn``/``ops`` namespaces, dynamic mode and docs all follow.
+
+An operator is a subclass of :class:`~stoker.operators.base.Operator` with a
+``schema`` class attribute and is registered with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+
+REQUIRED = object()
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _seq(v) -> list:
+    if isinstance(v, np.ndarray):
+        return v.reshape(-1).tolist()
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    return [v]
+
+
+def _conv_int(v):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        if isinstance(v, (float, np.floating)) and float(v).is_integer():
+            return int(v)
+        raise TypeError(f"expected an int, got {type(v).__name__} {v!r}")
+    return int(v)
+
+
+def _conv_float(v):
+    if not _is_number(v):
+        raise TypeError(f"expected a number, got {type(v).__name__} {v!r}")
+    return float(v)
+
+
+def _conv_bool(v):
+    if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+        return bool(v)
+    raise TypeError(f"expected a bool, got {type(v).__name__} {v!r}")
+
+
+def _conv_str(v):
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _conv_float_list(v):
+    return [_conv_float(x) for x in _seq(v)]
+
+
+def _conv_int_list(v):
+    return [_conv_int(x) for x in _seq(v)]
+
+
+def _conv_str_list(v):
+    if isinstance(v, str):
+        return [v]
+    return [_conv_str(x) for x in _seq(v)]
+
+
+def _conv_dtype(v):
+    try:
+        return types.dtype_from_arg(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected a data type such as types.FLOAT, got {v!r}") from None
+
+
+def _conv_enum(enum_cls):
+    def conv(v):
+        try:
+            if isinstance(v, str):
+                return enum_cls[v]
+            return enum_cls(int(v))
+        except (KeyError, ValueError, TypeError):
+            names = ", ".join(f"types.{m.name}" for m in enum_cls)
+            raise TypeError(f"expected one of {names}, got {v!r}") from None
+    return conv
+
+
+def _conv_layout(v):
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise TypeError(f"expected a layout string such as 'HWC', got {v!r}")
+    return v
+
+
+CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "int": _conv_int,
+    "float": _conv_float,
+    "bool": _conv_bool,
+    "str": _conv_str,
+    "float_list": _conv_float_list,
+    "int_list": _conv_int_list,
+    "str_list": _conv_str_list,
+    "dtype": _conv_dtype,
+    "image_type": _conv_enum(types.DALIImageType),
+    "interp": _conv_enum(types.DALIInterpType),
+    "layout": _conv_layout,
+    "any": lambda v: v,
+}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One keyword argument of an operator.
+
+    ``kind`` names a converter in :data:`CONVERTERS`; ``tensor`` says whether the
+    argument may be a per-sample tensor (a DataNode, an "argument input").
+    """
+
+    name: str
+    kind: str = "any"
+    default: Any = None
+    tensor: bool = False
+    doc: str = ""
+
+    def convert(self, op_name: str, value):
+        if value is None:
+            return None
+        try:
+            return CONVERTERS[self.kind](value)
+        except TypeError as e:
+            raise arg_error(op_name, self.name, str(e)) from None
+
+
+# Arguments every operator takes (DALI's common ones).
+COMMON_ARGS = (
+    Arg("device", "str", None, doc="'cpu', 'gpu' or 'mixed'"),
+    Arg("name", "str", None, doc="name used to refer to this operator (readers, external sources)"),
+    Arg("preserve", "bool", False, doc="keep the operator even if its outputs are unused"),
+    Arg("bytes_per_sample_hint", "any", None, doc="accepted for compatibility; stoker sizes buffers itself"),
+    Arg("seed", "int", None, doc="seed of this operator's random stream; derived from the pipeline seed if unset"),
+    Arg("on_error", "str", None, doc="'raise', 'skip' or 'substitute' for bad samples (default: pipeline's)"),
+)
+
+
+@dataclass
+class Schema:
+    """What an operator accepts and produces.
+
+    ``name`` is the dotted ``fn`` name ("resize", "readers.file").
+    ``inputs`` is (min, max) positional inputs. ``devices`` lists the placements
+    implemented. ``num_outputs`` is an int or a function of the static args.
+    ``random`` marks operators that draw random values (a ``seed`` matters).
+    ``legacy_name`` is the ``ops`` class name ("Resize", "FileReader").
+    """
+
+    name: str
+    doc: str
+    args: Sequence[Arg] = ()
+    inputs: tuple[int, int] = (1, 1)
+    devices: tuple[str, ...] = ("cpu",)
+    num_outputs: int | Callable[[dict], int] = 1
+    random: bool = False
+    legacy_name: str | None = None
+    extra_legacy_names: tuple[str, ...] = ()
+    allow_unknown_args: bool = False
+    _by_name: dict[str, Arg] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        for a in (*COMMON_ARGS, *self.args):
+            self._by_name[a.name] = a
+
+    def arg(self, name: str) -> Arg | None:
+        return self._by_name.get(name)
+
+    def all_args(self) -> list[Arg]:
+        return list(self._by_name.values())
+
+    def outputs_for(self, args: dict) -> int:
+        return self.num_outputs(args) if callable(self.num_outputs) else self.num_outputs
+
+    def doc_string(self) -> str:
+        lines = [self.doc.strip(), "", f"Devices: {', '.join(self.devices)}.", "", "Arguments:"]
+        for a in self.args:
+            default = "required" if a.default is REQUIRED else f"default {a.default!r}"
+            per_sample = ", per-sample tensor allowed" if a.tensor else ""
+            lines.append(f"  {a.name} ({a.kind}, {default}{per_sample}): {a.doc}")
+        return "\n".join(lines)
+
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(cls):
+    """Class decorator: add an operator class to the registry under its schema name."""
+    name = cls.schema.name
+    if name in _REGISTRY:
+        raise RuntimeError(f"operator {name!r} registered twice")
+    _REGISTRY[name] = cls
+    cls.__doc__ = (cls.__doc__ or "") + "\n\n" + cls.schema.doc_string()
+    return cls
+
+
+def get_operator(name: str):
+    """The operator class registered under ``name`` (loads the operator modules on first use)."""
+    from stoker.operators import load_all
+
+    load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise AttributeError(f"stoker has no operator {name!r}") from None
+
+
+def registered() -> dict[str, type]:
+    from stoker.operators import load_all
+
+    load_all()
+    return dict(_REGISTRY)

@@ -1,0 +1,241 @@
+"""Small tensor operators: constant, shapes, cast, copy, reshape, transpose,
+subscript (``node[...]``) and get_property."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import PipelineBuildError, arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+from stoker.tensors import TensorListCPU
+
+
+@register
+class Constant(Operator):
+    """The same tensor for every sample (``fn.constant`` / ``types.Constant``)."""
+
+    schema = Schema(
+        name="constant",
+        doc="Produces the same tensor for every sample of the batch.",
+        args=[Arg("fdata", "float_list", None, doc="floating-point values"),
+              Arg("idata", "int_list", None, doc="integer values"),
+              Arg("value", "any", None, doc="(internal) a NumPy value"),
+              Arg("shape", "int_list", None, doc="shape; default: a 1D tensor of the values"),
+              Arg("dtype", "dtype", None, doc="output type; default int32 for idata, float32 for fdata"),
+              Arg("layout", "layout", None)],
+        inputs=(0, 0),
+        devices=("cpu", "gpu"),
+    )
+
+    def setup(self):
+        a = self.args
+        if a["value"] is not None:
+            val = np.asarray(a["value"])
+            if val.dtype == np.float64:
+                val = val.astype(np.float32)
+            elif val.dtype == np.int64:
+                val = val.astype(np.int32)
+        elif a["fdata"] is not None:
+            val = np.asarray(a["fdata"], np.float32)
+        elif a["idata"] is not None:
+            val = np.asarray(a["idata"], np.int32)
+        else:
+            raise arg_error("constant", "fdata", "give fdata or idata")
+        if a["dtype"] is not None:
+            val = val.astype(a["dtype"])
+        if a["shape"] is not None:
+            try:
+                val = np.broadcast_to(val.reshape(-1) if val.size != 1 else val.reshape(()), a["shape"]).copy()
+            except ValueError:
+                raise arg_error("constant", "shape", f"{a['shape']} does not fit {val.size} values") from None
+        val.setflags(write=False)
+        self.value = val
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        return [TensorListCPU([self.value] * batch.batch_size, self.args["layout"] or "")]
+
+
+@register
+class Shapes(Operator):
+    """The shape of each sample, as a 1D tensor."""
+
+    schema = Schema(name="shapes", doc="Returns the shape of each input sample as a 1D tensor.",
+                    args=[Arg("dtype", "dtype", types.INT64, doc="output type")],
+                    devices=("cpu",))
+
+    def run_sample(self, inputs, args, ctx):
+        return np.asarray(inputs[0].shape, dtype=self.args["dtype"])
+
+    def output_layouts(self, input_layouts):
+        return [""]
+
+
+@register
+class Cast(Operator):
+    """Converts element type (saturating for integers, as DALI)."""
+
+    schema = Schema(name="cast", doc="Converts the element type; integer results saturate.",
+                    args=[Arg("dtype", "dtype", None, doc="output type (required)")],
+                    devices=("cpu", "gpu"), legacy_name="Cast")
+
+    def setup(self):
+        if self.args["dtype"] is None:
+            raise arg_error("cast", "dtype", "is required")
+
+    def run_sample(self, inputs, args, ctx):
+        return convert(inputs[0], self.args["dtype"])
+
+
+def convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast with rounding to nearest and saturation when going to an integer type."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and x.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(x), info.min, info.max).astype(dtype)
+    if dtype.kind in "iu" and x.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if np.can_cast(x.dtype, dtype):
+            return x.astype(dtype)
+        return np.clip(x, info.min, info.max).astype(dtype)
+    return x.astype(dtype)
+
+
+@register
+class Copy(Operator):
+    """Copies its input."""
+
+    schema = Schema(name="copy", doc="Returns a copy of the input.", devices=("cpu", "gpu"))
+
+    def run_sample(self, inputs, args, ctx):
+        return inputs[0].copy()
+
+
+@register
+class Reshape(Operator):
+    """Gives samples a new shape with the same number of elements."""
+
+    schema = Schema(
+        name="reshape",
+        doc="Reshapes each sample; -1 in ``shape`` infers that extent. ``rel_shape`` scales input extents.",
+        args=[Arg("shape", "int_list", None, tensor=True), Arg("rel_shape", "float_list", None, tensor=True),
+              Arg("layout", "layout", None), Arg("src_dims", "int_list", None)],
+        devices=("cpu", "gpu"), inputs=(1, 2))
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        if len(inputs) > 1:
+            shape = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        elif args.get("shape") is not None:
+            shape = [int(v) for v in np.asarray(args["shape"]).reshape(-1)]
+        elif args.get("rel_shape") is not None:
+            shape = [int(round(r * s)) for r, s in zip(np.asarray(args["rel_shape"]).reshape(-1), x.shape)]
+        elif args.get("src_dims") is not None:
+            shape = [x.shape[d] if d >= 0 else 1 for d in args["src_dims"]]
+        else:
+            return x
+        try:
+            return x.reshape(shape)
+        except ValueError:
+            raise self.error(f"cannot reshape a sample of shape {x.shape} to {shape}") from None
+
+    def output_layouts(self, input_layouts):
+        return [self.args["layout"] if self.args["layout"] is not None else ""]
+
+
+@register
+class Transpose(Operator):
+    """Permutes the dimensions of each sample."""
+
+    schema = Schema(name="transpose", doc="Permutes dimensions by ``perm``.",
+                    args=[Arg("perm", "int_list", None), Arg("output_layout", "layout", None),
+                          Arg("transpose_layout", "bool", True)],
+                    devices=("cpu", "gpu"))
+
+    def setup(self):
+        if self.args["perm"] is None:
+            raise arg_error("transpose", "perm", "is required")
+
+    def run_sample(self, inputs, args, ctx):
+        return np.ascontiguousarray(np.transpose(inputs[0], self.args["perm"]))
+
+    def output_layouts(self, input_layouts):
+        if self.args["output_layout"]:
+            return [self.args["output_layout"]]
+        lay = input_layouts[0] if input_layouts else ""
+        if lay and self.args["transpose_layout"] and len(lay) == len(self.args["perm"]):
+            return ["".join(lay[p] for p in self.args["perm"])]
+        return [""]
+
+
+@register
+class Subscript(Operator):
+    """``node[index, start:stop:step, ...]`` per sample; indices may be per-sample DataNodes."""
+
+    schema = Schema(name="_subscript", doc="Tensor indexing and slicing.", args=[Arg("spec", "any", ())],
+                    devices=("cpu", "gpu"), allow_unknown_args=True)
+
+    def run_sample(self, inputs, args, ctx):
+        key = []
+        for item in self.args["spec"]:
+            kind = item[0]
+            if kind == "ellipsis":
+                key.append(Ellipsis)
+            elif kind == "newaxis":
+                key.append(None)
+            elif kind == "index":
+                v = args[item[1]] if isinstance(item[1], str) else item[1]
+                key.append(int(v))
+            else:
+                parts = [args[p] if isinstance(p, str) else p for p in item[1:]]
+                key.append(slice(*[None if p is None else int(p) for p in parts]))
+        try:
+            return np.ascontiguousarray(inputs[0][tuple(key)])
+        except IndexError as e:
+            raise self.error(f"index out of range for a sample of shape {inputs[0].shape}: {e}") from None
+
+    def output_layouts(self, input_layouts):
+        lay = input_layouts[0] if input_layouts else ""
+        if not lay:
+            return [""]
+        out, dim = [], 0
+        for item in self.args["spec"]:
+            if item[0] == "ellipsis":
+                rest = sum(1 for i in self.args["spec"] if i[0] in ("index", "slice"))
+                n = len(lay) - rest
+                out.extend(lay[dim:dim + n])
+                dim += n
+            elif item[0] == "newaxis":
+                out.append("")
+            elif item[0] == "index":
+                dim += 1
+            else:
+                out.append(lay[dim])
+                dim += 1
+        out.extend(lay[dim:])
+        return ["".join(out) if "" not in out else ""]
+
+
+@register
+class GetProperty(Operator):
+    """A per-sample property: ``source_info`` (the sample's origin, as UTF-8 bytes) or ``layout``."""
+
+    schema = Schema(name="get_property", doc="Per-sample metadata: key 'source_info' or 'layout'.",
+                    args=[Arg("key", "str", "source_info")], devices=("cpu",))
+
+    def setup(self):
+        if self.args["key"] not in ("source_info", "layout"):
+            raise PipelineBuildError(f"get_property: argument 'key' must be 'source_info' or 'layout', "
+                                     f"got {self.args['key']!r}")
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        tl = inputs[0]
+        if self.args["key"] == "layout":
+            vals = [tl.layout()] * len(tl)
+        else:
+            vals = list(tl.source_info())
+        return [TensorListCPU([np.frombuffer(v.encode(), np.uint8).copy() for v in vals])]
+
+    def output_layouts(self, input_layouts):
+        return [""]

@@ -1,0 +1,66 @@
+"""The legacy class API, ``ops.Resize(...)``: thin views over the same operators as ``fn``.
+
+An ``ops`` object holds keyword arguments; calling it inside ``define_graph``
+records the operator exactly as the ``fn`` function would::
+
+    self.decode = ops.ImageDecoder(device="cpu", output_type=types.RGB)
+    images = self.decode(jpegs)
+"""
+
+from __future__ import annotations
+
+import sys
+import types as _pytypes
+
+from stoker.operators.schema import registered
+from stoker.pipeline.data_node import invoke
+
+
+class LegacyOperator:
+    """Base of every ``ops`` class; subclasses only set ``_op_name``."""
+
+    _op_name = ""
+
+    def __init__(self, **kwargs):
+        self._kwargs = kwargs
+        self.device = kwargs.get("device", "cpu")
+
+    def __call__(self, *inputs, **kwargs):
+        merged = {**self._kwargs, **kwargs}
+        return invoke(self._op_name, list(inputs), merged)
+
+    def __repr__(self):
+        return f"ops.{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())})"
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
+
+
+def _legacy_class(op_name: str, class_name: str) -> type:
+    cls = type(class_name, (LegacyOperator,), {"_op_name": op_name})
+    cls.__module__ = __name__
+    cls.__doc__ = f"Legacy-API view of ``fn.{op_name}``."
+    return cls
+
+
+def _populate() -> None:
+    module = sys.modules[__name__]
+    for op_name, op_cls in registered().items():
+        if op_name.startswith("_"):
+            continue
+        parts = op_name.split(".")
+        target = module
+        for sub in parts[:-1]:  # ops.readers.File, ops.decoders.Image, ops.random.Uniform
+            child = getattr(target, sub, None)
+            if child is None:
+                child = _pytypes.ModuleType(f"{target.__name__}.{sub}")
+                setattr(target, sub, child)
+            target = child
+        setattr(target, _camel(parts[-1]), _legacy_class(op_name, _camel(parts[-1])))
+        schema = op_cls.schema
+        for legacy in filter(None, (schema.legacy_name, *schema.extra_legacy_names)):
+            setattr(module, legacy, _legacy_class(op_name, legacy))
+
+
+_populate()

@@ -1,0 +1,215 @@
+"""Runs a built graph, iteration by iteration, in stages that overlap.
+
+Stages:
+  1. source advance (one thread, iteration order): readers pick the sample
+     references of the batch, external sources fetch their data. This is the
+     only stateful part, so running it in order makes results independent of
+     thread count and prefetch depth.
+  2. CPU stage: the CPU operators in topological order, each spreading its
+     samples over the thread pool.
+  3. GPU stage (only when the graph has "mixed"/"gpu" operators): host-to-device
+     copies and GPU operators on the pipeline's CUDA stream.
+
+With ``exec_async`` each stage has its own worker thread and bounded queue
+(``cpu_size`` / ``gpu_size``), so iteration i+1 is read and decoded while
+iteration i runs on the GPU and the user's training step runs in Python.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from stoker.errors import OperatorError, StokerError
+from stoker.operators.base import BatchContext
+from stoker.pipeline.graph import Graph
+
+_STOP = object()
+
+
+@dataclass
+class Iteration:
+    """One scheduled iteration travelling through the stages."""
+
+    index: int
+    fed: dict[str, Any] = field(default_factory=dict)
+    values: dict[tuple[int, int], Any] = field(default_factory=dict)  # (node id, output) -> batch
+    batch_size: int = 0
+    error: BaseException | None = None
+    state: dict | None = None  # source states after this iteration (for checkpoints)
+    done_event: Any = None  # CUDA event recorded after the GPU stage
+
+
+class Executor:
+    """Executes ``graph`` for ``Pipeline``; see the module docstring for the stages."""
+
+    def __init__(self, graph: Graph, *, batch_size: int, num_threads: int, cpu_queue: int, gpu_queue: int,
+                 asynchronous: bool, gpu_context=None, on_state=None):
+        self.graph = graph
+        self.batch_size = batch_size
+        self.pool = ThreadPoolExecutor(num_threads, thread_name_prefix="stoker-cpu") if num_threads > 1 else None
+        self.gpu = gpu_context
+        self.asynchronous = asynchronous
+        self._ended = False  # a source raised StopIteration: later iterations end too
+        self._closed = False
+        self._out: queue.Queue = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._pending = 0
+        self._lock = threading.Lock()
+        if asynchronous:
+            self._in: queue.Queue = queue.Queue()
+            has_gpu = bool(graph.gpu_nodes)
+            self._mid: queue.Queue = queue.Queue(maxsize=max(1, gpu_queue)) if has_gpu else self._out
+            self._start(self._cpu_worker, "stoker-cpu-stage")
+            if has_gpu:
+                self._start(self._gpu_worker, "stoker-gpu-stage")
+
+    # --- public ----------------------------------------------------------
+    def schedule(self, fed: dict[str, Any], index: int) -> None:
+        """Queue one iteration (``fed`` holds data given with feed_input for it)."""
+        it = Iteration(index, fed)
+        with self._lock:
+            self._pending += 1
+        if self.asynchronous:
+            self._in.put(it)
+        else:
+            self._run_cpu_stage(it)
+            if self.graph.gpu_nodes:
+                self._run_gpu_stage(it)
+            self._out.put(it)
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def pop(self) -> Iteration:
+        """The next finished iteration, in schedule order (blocks)."""
+        if self._pending == 0:
+            raise StokerError("no iteration is scheduled: call schedule_run() before outputs()")
+        while True:
+            try:
+                it = self._out.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if any(not t.is_alive() for t in self._threads):
+                    raise StokerError("a stoker executor thread died unexpectedly") from None
+        with self._lock:
+            self._pending -= 1
+        return it
+
+    def drain(self) -> None:
+        """Wait for and discard every scheduled iteration."""
+        while self._pending:
+            self.pop()
+        self._ended = False
+
+    def close(self) -> None:
+        """Stop the worker threads and the pool; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.asynchronous:
+            self._in.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=30)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- stages ------------------------------------------------------------
+    def _start(self, target, name):
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _cpu_worker(self):
+        while True:
+            it = self._in.get()
+            if it is _STOP:
+                self._mid.put(_STOP)
+                return
+            self._run_cpu_stage(it)
+            self._mid.put(it)
+
+    def _gpu_worker(self):
+        while True:
+            it = self._mid.get()
+            if it is _STOP:
+                return
+            self._run_gpu_stage(it)
+            self._out.put(it)
+
+    def _run_cpu_stage(self, it: Iteration) -> None:
+        if self._ended:
+            it.error = StopIteration()
+            return
+        try:
+            self._advance_sources(it)
+            for node in self.graph.cpu_nodes:
+                self._run_node(node, it, gpu=False)
+        except StopIteration as e:
+            self._ended = True
+            it.error = e
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, who re-raises
+            it.error = e
+
+    def _run_gpu_stage(self, it: Iteration) -> None:
+        if it.error is not None:
+            return
+        try:
+            with self.gpu.activate():
+                for node in self.graph.gpu_nodes:
+                    self._run_node(node, it, gpu=True)
+                it.done_event = self.gpu.record_event()
+        except BaseException as e:  # noqa: BLE001
+            it.error = e
+
+    def _advance_sources(self, it: Iteration) -> None:
+        prepared = {}
+        sizes = []
+        for node in self.graph.source_nodes:
+            inst = self.graph.instances[node.id]
+            ctx = BatchContext(self.batch_size, it.index, pool=self.pool)
+            ctx.prepared = it.fed.get(node.instance_name)
+            try:
+                prepared[node.id] = inst.advance(ctx)
+            except (StopIteration, OperatorError):
+                raise
+            except Exception as e:
+                raise _annotate(e, node) from e
+            size = getattr(inst, "last_batch_size", None)
+            if size is not None:
+                sizes.append(size)
+        it.batch_size = sizes[0] if sizes else self.batch_size
+        it.values["prepared"] = prepared
+        it.state = self.graph.source_state(it.index + 1)
+
+    def _run_node(self, node, it: Iteration, gpu: bool) -> None:
+        inst = self.graph.instances[node.id]
+        inputs = [it.values[(x.source.id, x.index)] for x in node.inputs]
+        arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
+        sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
+        n = len(inputs[0]) if inputs else it.batch_size
+        ctx = BatchContext(n, it.index, pool=self.pool, sources=sources,
+                           stream=self.gpu.stream if gpu else None,
+                           device_id=self.gpu.device_id if self.gpu else None)
+        ctx.prepared = it.values["prepared"].get(node.id)
+        for k, v in arg_inputs.items():
+            if len(v) != n:
+                raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",
+                                    operator=inst.instance_name, origin=node.origin)
+        try:
+            outs = inst.run_gpu(ctx, inputs, arg_inputs) if gpu else inst.run_cpu(ctx, inputs, arg_inputs)
+        except (OperatorError, StopIteration):
+            raise
+        except Exception as e:
+            raise _annotate(e, node) from e
+        for i, out in enumerate(outs):
+            it.values[(node.id, i)] = out
+
+
+def _annotate(e: BaseException, node) -> OperatorError:
+    return OperatorError(f"{type(e).__name__}: {e}", operator=node.args.get("name") or node.op_name,
+                         origin=node.origin)

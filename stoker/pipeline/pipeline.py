@@ -1,0 +1,407 @@
+"""``Pipeline`` and ``@pipeline_def``: DALI's way of defining and running a data pipeline."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import threading
+import warnings
+from collections import deque
+from typing import Any
+
+from stoker.errors import PipelineBuildError, StokerError
+from stoker.pipeline.data_node import DataNode, GraphRecorder
+from stoker.pipeline.executor import Executor
+from stoker.pipeline.graph import Graph
+
+_current = threading.local()
+
+
+def _parse_prefetch(depth) -> tuple[int, int]:
+    if isinstance(depth, dict):
+        unknown = set(depth) - {"cpu_size", "gpu_size"}
+        if unknown:
+            raise PipelineBuildError(f"Pipeline: prefetch_queue_depth takes keys cpu_size, gpu_size; got {unknown}")
+        return int(depth.get("cpu_size", 2)), int(depth.get("gpu_size", 2))
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise PipelineBuildError(f"Pipeline: prefetch_queue_depth must be a positive int or a dict, got {depth!r}")
+    return depth, depth
+
+
+class Pipeline:
+    """A data pipeline: a graph of operators run batch by batch.
+
+    Arguments follow DALI's ``Pipeline``; all of DALI's are accepted. Those that
+    matter here: ``batch_size``, ``num_threads`` (CPU thread pool), ``device_id``
+    (None: CPU only), ``seed`` (every random value is a function of it, the
+    operator, the iteration and the sample), ``prefetch_queue_depth`` (int or
+    ``{"cpu_size", "gpu_size"}``), ``exec_pipelined`` and ``exec_async`` (run
+    ahead in background threads), ``enable_checkpointing`` / ``checkpoint``
+    (exact resume) and ``on_error`` (stoker's per-sample policy for bad data).
+    """
+
+    def __init__(self, batch_size=None, num_threads=None, device_id=None, seed=None, exec_pipelined=True,
+                 prefetch_queue_depth=2, exec_async=True, bytes_per_sample=0, set_affinity=False,
+                 max_streams=None, default_cuda_stream_priority=None, *, enable_memory_stats=False,
+                 enable_checkpointing=False, checkpoint=None, py_num_workers=1, py_start_method="fork",
+                 py_callback_pickler=None, output_dtype=None, output_ndim=None, output_layout=None,
+                 exec_dynamic=None, experimental_exec_dynamic=None, stream_policy=None, concurrency=None,
+                 on_error="raise"):
+        if batch_size is None or batch_size == -1:
+            batch_size = -1
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise PipelineBuildError(f"Pipeline: batch_size must be a positive int, got {batch_size!r}")
+        if num_threads is None or num_threads == -1:
+            num_threads = min(os.cpu_count() or 1, 8)
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise PipelineBuildError(f"Pipeline: num_threads must be a positive int, got {num_threads!r}")
+        if device_id is not None and device_id != -1 and (isinstance(device_id, bool) or
+                                                         not isinstance(device_id, int) or device_id < 0):
+            raise PipelineBuildError(f"Pipeline: device_id must be a GPU index or None, got {device_id!r}")
+        if on_error not in ("raise", "skip", "substitute"):
+            raise PipelineBuildError(f"Pipeline: on_error must be 'raise', 'skip' or 'substitute', got {on_error!r}")
+        self._batch_size = batch_size
+        self._num_threads = num_threads
+        self._device_id = None if device_id in (None, -1) else device_id
+        if seed is None or seed == -1:
+            seed = int.from_bytes(os.urandom(4), "little")
+        self._seed = int(seed)
+        self._cpu_queue, self._gpu_queue = _parse_prefetch(prefetch_queue_depth)
+        self._prefetch_queue_depth = prefetch_queue_depth
+        self._exec_pipelined = bool(exec_pipelined)
+        self._exec_async = bool(exec_async) and self._exec_pipelined
+        self._enable_checkpointing = enable_checkpointing or checkpoint is not None
+        self._checkpoint = json.loads(checkpoint) if isinstance(checkpoint, (str, bytes)) else checkpoint
+        self._py_num_workers = py_num_workers
+        self._py_start_method = py_start_method
+        self._on_error = on_error
+        self._outputs: list[DataNode] | None = None
+        self._recorded: list = []
+        self._graph: Graph | None = None
+        self._executor: Executor | None = None
+        self._built = False
+        self._first_iter = True
+        self._iteration = 0  # next iteration to schedule
+        self._fed: dict[str, deque] = {}
+        self._last_state: dict | None = None
+        self._gpu = None
+
+    # --- properties -----------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @property
+    def device_id(self) -> int | None:
+        return self._device_id
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def exec_pipelined(self) -> bool:
+        return self._exec_pipelined
+
+    @property
+    def exec_async(self) -> bool:
+        return self._exec_async
+
+    @property
+    def prefetch_queue_depth(self):
+        return self._prefetch_queue_depth
+
+    @property
+    def py_num_workers(self) -> int:
+        return self._py_num_workers
+
+    @property
+    def py_start_method(self) -> str:
+        return self._py_start_method
+
+    @property
+    def on_error(self) -> str:
+        return self._on_error
+
+    # --- definition -----------------------------------------------------
+    @staticmethod
+    def current() -> Pipeline | None:
+        """The pipeline whose graph is being defined on this thread (inside ``with pipe:``)."""
+        stack = getattr(_current, "stack", None)
+        return stack[-1] if stack else None
+
+    def __enter__(self):
+        if not hasattr(_current, "stack"):
+            _current.stack = []
+        _current.stack.append(self)
+        self._recorder = GraphRecorder().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._recorder.__exit__(*exc)
+        self._recorded.extend(self._recorder.nodes)
+        _current.stack.pop()
+
+    def set_outputs(self, *outputs) -> None:
+        """Declare the pipeline's outputs (DataNodes, or constants)."""
+        flat = []
+        for o in outputs:
+            if isinstance(o, (list, tuple)):
+                flat.extend(o)
+            else:
+                flat.append(o)
+        from stoker.pipeline.data_node import constant_node
+
+        self._outputs = [o if isinstance(o, DataNode) else constant_node(o) for o in flat]
+
+    def define_graph(self):
+        """Override in a subclass (legacy style) to return the output DataNodes."""
+        raise PipelineBuildError(
+            "Pipeline has no graph: decorate a function with @pipeline_def, call set_outputs(), "
+            "or subclass Pipeline and override define_graph()")
+
+    def iter_setup(self) -> None:
+        """Override in a subclass to feed external sources before each iteration."""
+
+    # --- build ----------------------------------------------------------
+    def build(self) -> None:
+        """Trace (if needed), check and instantiate the graph, and start the executor."""
+        if self._built:
+            return
+        if self._batch_size < 1:
+            raise PipelineBuildError("Pipeline: batch_size must be given (a positive int)")
+        if self._outputs is None:
+            with self:
+                outs = self.define_graph()
+            if not isinstance(outs, (list, tuple)):
+                outs = [outs]
+            self.set_outputs(*outs)
+        graph = Graph(self._outputs, self._recorded, self._seed)
+        if graph.gpu_nodes:
+            self._gpu = self._open_gpu(graph)
+        for node in graph.nodes:
+            inst = graph.instances[node.id]
+            if hasattr(inst, "bind_pipeline"):
+                inst.bind_pipeline(self)
+        for _, reader in graph.readers():
+            reader.prepare()
+        if self._checkpoint is not None:
+            graph.set_source_state(self._checkpoint)
+            self._iteration = int(self._checkpoint.get("iteration", 0))
+            self._last_state = self._checkpoint
+        self._graph = graph
+        self._executor = Executor(graph, batch_size=self._batch_size, num_threads=self._num_threads,
+                                  cpu_queue=self._cpu_queue, gpu_queue=self._gpu_queue,
+                                  asynchronous=self._exec_async, gpu_context=self._gpu)
+        self._built = True
+
+    def _open_gpu(self, graph: Graph):
+        first = graph.gpu_nodes[0]
+        what = "'.gpu()'" if first.op_name == "_to_gpu" else f"{first.op_name}(device='{first.device}')"
+        if self._device_id is None:
+            raise PipelineBuildError(
+                f"{what} at {first.origin} needs a GPU, but the pipeline was made with device_id=None "
+                "(CPU only). Pass device_id=0 on a machine with a GPU, or use device='cpu' for this operator.")
+        from stoker.backend import cuda
+
+        problem = cuda.unavailable_reason(self._device_id)
+        if problem:
+            raise PipelineBuildError(
+                f"{what} at {first.origin} needs a GPU, but {problem}. Use device='cpu' for this operator "
+                "(and no .gpu()), or run where CUDA and cupy are installed.")
+        return cuda.GpuContext(self._device_id)
+
+    # --- running --------------------------------------------------------
+    def feed_input(self, data_node, data, layout=None, cuda_stream=None, use_copy_kernel=False) -> None:
+        """Give the next batch to the external source named ``data_node`` (a name or its DataNode)."""
+        self.build()
+        name = data_node.name if isinstance(data_node, DataNode) else data_node
+        try:
+            inst = self._graph.instance(name)
+        except KeyError as e:
+            raise StokerError(f"feed_input: {e.args[0]}") from None
+        if not hasattr(inst, "feed"):
+            raise StokerError(f"feed_input: operator {name!r} is not an external source")
+        self._fed.setdefault(name, deque()).append(inst.feed(data, layout))
+
+    def _fed_only_sources(self) -> list[str]:
+        return [n.instance_name for n in self._graph.source_nodes
+                if getattr(self._graph.instances[n.id], "needs_feed", False)]
+
+    def _schedule_one(self) -> bool:
+        self.iter_setup()
+        fed = {}
+        for name in self._fed_only_sources():
+            q = self._fed.get(name)
+            if not q:
+                return False
+            fed[name] = q.popleft()
+        self._executor.schedule(fed, self._iteration)
+        self._iteration += 1
+        return True
+
+    def schedule_run(self) -> None:
+        """Schedule iterations: the first call fills the prefetch queue, later calls add one."""
+        self.build()
+        if self._first_iter and self._exec_pipelined:
+            self._first_iter = False
+            depth = self._cpu_queue
+            for k in range(depth):
+                if not self._schedule_one():
+                    if k == 0:
+                        missing = [n for n in self._fed_only_sources() if not self._fed.get(n)]
+                        raise StokerError(
+                            f"external source(s) {missing} have no data: call feed_input() "
+                            "(or pass it to run() as a keyword argument) before running")
+                    break
+        else:
+            self._first_iter = False
+            if not self._schedule_one() and self._executor.pending == 0:
+                missing = [n for n in self._fed_only_sources() if not self._fed.get(n)]
+                raise StokerError(f"external source(s) {missing} have no data: call feed_input() first")
+
+    def outputs(self) -> tuple:
+        """The outputs of the oldest scheduled iteration (blocks until it is ready)."""
+        it = self._executor.pop()
+        if it.error is not None:
+            if isinstance(it.error, StopIteration):
+                raise StopIteration
+            raise it.error
+        self._last_state = it.state
+        outs = []
+        for o in self._outputs:
+            val = it.values[(o.source.id, o.index)]
+            if it.done_event is not None and hasattr(val, "set_ready_event"):
+                val.set_ready_event(it.done_event)
+            outs.append(val)
+        return tuple(outs)
+
+    share_outputs = outputs
+
+    def release_outputs(self) -> None:
+        """Kept for DALI compatibility: stoker's outputs stay valid, so nothing to release."""
+
+    def run(self, **pipeline_inputs) -> tuple:
+        """Run one iteration and return its outputs (keyword arguments feed named external sources)."""
+        self.build()
+        for name, data in pipeline_inputs.items():
+            self.feed_input(name, data)
+        self.schedule_run()
+        return self.outputs()
+
+    def reset(self) -> None:
+        """After StopIteration from an external source: discard pending work and start the next epoch."""
+        if not self._built:
+            return
+        self._executor.drain()
+        for node in self._graph.source_nodes:
+            inst = self._graph.instances[node.id]
+            if hasattr(inst, "reset"):
+                inst.reset()
+        self._first_iter = True
+
+    # --- introspection ------------------------------------------------
+    def reader_meta(self, name: str | None = None) -> dict:
+        """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""
+        self.build()
+        if name is None:
+            return {n.args.get("name") or n.instance_name: r.meta() for n, r in self._graph.readers()}
+        inst = self._graph.instance(name)
+        if not hasattr(inst, "meta"):
+            raise StokerError(f"reader_meta: operator {name!r} is not a reader")
+        return inst.meta()
+
+    def epoch_size(self, name: str | None = None):
+        """Samples per epoch of the reader ``name`` (or a dict for all readers)."""
+        if name is not None:
+            return self.reader_meta(name)["epoch_size"]
+        return {k: v["epoch_size"] for k, v in self.reader_meta().items()}
+
+    def checkpoint(self, filename: str | None = None) -> str:
+        """A small serialized state from which ``Pipeline(..., checkpoint=state)`` resumes exactly."""
+        self.build()
+        if not self._enable_checkpointing:
+            raise StokerError("checkpoint(): create the pipeline with enable_checkpointing=True")
+        state = self._last_state or self._graph.source_state(self._iteration)
+        text = json.dumps(state)
+        if filename:
+            with open(filename, "w") as f:
+                f.write(text)
+        return text
+
+    # --- teardown --------------------------------------------------------
+    def close(self) -> None:
+        """Stop worker threads and release resources (also done at garbage collection)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+        if self._graph is not None:
+            for inst in self._graph.instances.values():
+                if hasattr(inst, "close"):
+                    inst.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # DALI API not applicable to stoker's design
+    def serialize(self, *args, **kwargs):
+        raise NotImplementedError("serialize: stoker pipelines are Python; rebuild them from their definition")
+
+
+def pipeline_def(fn=None, *, enable_conditionals: bool = False, **pipeline_kwargs):
+    """Decorator: turn a graph-defining function into a pipeline factory.
+
+    Decorator keyword arguments are Pipeline defaults; keyword arguments at call
+    time override them. The remaining call arguments go to the function::
+
+        @pipeline_def(batch_size=32)
+        def train(root):
+            jpegs, labels = fn.readers.file(file_root=root)
+            return fn.decoders.image(jpegs), labels
+
+        pipe = train("data/", num_threads=4, device_id=None)
+    """
+    if enable_conditionals:
+        warnings.warn("enable_conditionals is not supported yet; per-sample 'if' will raise", stacklevel=2)
+
+    def decorate(func):
+        params = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
+        func_params = set(inspect.signature(func).parameters)
+
+        @functools.wraps(func)
+        def factory(*args, **kwargs):
+            pipe_kw = dict(pipeline_kwargs)
+            fn_kw = {}
+            for k, v in kwargs.items():
+                if k in params and k not in func_params:
+                    pipe_kw[k] = v
+                else:
+                    fn_kw[k] = v
+            pipe = Pipeline(**pipe_kw)
+            with pipe:
+                outs = func(*args, **fn_kw)
+            if outs is None:
+                raise PipelineBuildError(f"@pipeline_def function {func.__name__} returned nothing; "
+                                         "return the output DataNodes")
+            if not isinstance(outs, (list, tuple)):
+                outs = [outs]
+            pipe.set_outputs(*outs)
+            return pipe
+
+        factory._is_pipeline_def = True
+        return factory
+
+    return decorate(fn) if fn is not None else decorate

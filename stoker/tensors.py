@@ -1,0 +1,228 @@
+"""Host tensors and batches: ``TensorCPU`` and ``TensorListCPU`` (NumPy-backed).
+
+A ``TensorListCPU`` is a batch: one array per sample, samples may differ in
+shape, all share a dtype, a number of dimensions and a layout string ("HWC").
+Unlike DALI's, a list returned by ``Pipeline.run`` stays valid after the next
+run: stoker never recycles the memory behind an output the user holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stoker import types
+
+
+class TensorCPU:
+    """One sample on the host: a NumPy array with a layout and a source description."""
+
+    __slots__ = ("_array", "_layout", "_source_info")
+
+    def __init__(self, array, layout: str = "", source_info: str = ""):
+        self._array = np.asarray(array)
+        self._layout = layout or ""
+        self._source_info = source_info or ""
+
+    # DALI-style accessors
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def layout(self) -> str:
+        return self._layout
+
+    def source_info(self) -> str:
+        return self._source_info
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        return types.to_dali_type(self._array.dtype)
+
+    def as_array(self) -> np.ndarray:
+        return self._array
+
+    def squeeze(self, dim: int | None = None) -> TensorCPU:
+        return TensorCPU(np.squeeze(self._array, dim), "", self._source_info)
+
+    def data_ptr(self) -> int:
+        return self._array.ctypes.data
+
+    def copy_to_external(self, dst) -> None:
+        np.copyto(np.asarray(dst), self._array)
+
+    # Interop
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    @property
+    def __array_interface__(self):
+        return self._array.__array_interface__
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._array.__dlpack__(**kwargs) if kwargs else self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._array, threshold=64, edgeitems=2)
+        return f"TensorCPU(\n    {body},\n    dtype={self.dtype!r}, layout={self._layout!r}, shape={self.shape()})"
+
+
+class TensorListCPU:
+    """A batch of host samples (DALI's ``TensorListCPU``).
+
+    Build one from a list of arrays, from a dense array whose first axis is the
+    batch, or from anything with ``__array__`` / DLPack.
+    """
+
+    def __init__(self, data, layout: str = "", source_info: Sequence[str] | None = None):
+        if isinstance(data, TensorListCPU):
+            self._samples = list(data._samples)
+            layout = layout or data._layout
+            source_info = source_info or data._source_info
+        elif isinstance(data, np.ndarray) or hasattr(data, "__dlpack__") and not isinstance(data, list):
+            dense = _to_numpy(data)
+            if dense.ndim == 0:
+                raise ValueError("TensorListCPU: a dense input needs a leading batch dimension")
+            self._samples = list(dense)
+        else:
+            self._samples = [_to_numpy(x) for x in data]
+        self._layout = layout or ""
+        n = len(self._samples)
+        self._source_info = list(source_info) if source_info is not None else [""] * n
+        if self._samples:
+            ndims = {s.ndim for s in self._samples}
+            dtypes = {s.dtype for s in self._samples}
+            if len(ndims) > 1:
+                raise ValueError(f"TensorListCPU: samples differ in number of dimensions {sorted(ndims)}")
+            if len(dtypes) > 1:
+                raise TypeError(f"TensorListCPU: samples differ in dtype {sorted(map(str, dtypes))}")
+
+    # --- DALI API -------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getitem__(self, i: int) -> TensorCPU:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample index {i} out of range for a batch of {len(self)}")
+        return TensorCPU(self._samples[i], self._layout, self._source_info[i])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def at(self, i: int) -> np.ndarray:
+        """Sample ``i`` as a NumPy array."""
+        return np.asarray(self._samples[i])
+
+    def as_array(self) -> np.ndarray:
+        """The whole batch as one array with a leading batch dimension (samples must agree in shape)."""
+        return self.as_tensor().as_array()
+
+    def as_tensor(self) -> TensorCPU:
+        if not self.is_dense_tensor():
+            raise ValueError(
+                "as_tensor: the samples differ in shape "
+                f"({self._shape_summary()}); use at(i) per sample or pad them to one shape"
+            )
+        if not self._samples:
+            return TensorCPU(np.zeros((0,)), self._layout)
+        return TensorCPU(np.stack(self._samples), "N" + self._layout if self._layout else "")
+
+    def as_reshaped_tensor(self, shape) -> TensorCPU:
+        flat = np.concatenate([s.reshape(-1) for s in self._samples]) if self._samples else np.zeros(0)
+        return TensorCPU(flat.reshape(shape))
+
+    def is_dense_tensor(self) -> bool:
+        return len({s.shape for s in self._samples}) <= 1
+
+    def shape(self) -> list[tuple[int, ...]]:
+        return [tuple(s.shape) for s in self._samples]
+
+    def layout(self) -> str:
+        return self._layout
+
+    def source_info(self, i: int | None = None):
+        return self._source_info if i is None else self._source_info[i]
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        if not self._samples:
+            return types.NO_TYPE
+        return types.to_dali_type(self._samples[0].dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._samples[0].ndim if self._samples else 0
+
+    def copy_to_external(self, dst) -> None:
+        np.copyto(np.asarray(dst), self.as_array())
+
+    def data_ptr(self) -> int:
+        return self._samples[0].ctypes.data if self._samples else 0
+
+    def as_cpu(self) -> TensorListCPU:
+        return self
+
+    def samples(self) -> list[np.ndarray]:
+        """The per-sample arrays (no copy)."""
+        return self._samples
+
+    # --- interop --------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        arr = self.as_array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    @property
+    def __array_interface__(self):
+        return self.as_array().__array_interface__
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.as_array().__dlpack__()
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+    def _shape_summary(self) -> str:
+        shapes = self.shape()
+        head = ", ".join(str(s) for s in shapes[:4])
+        return head + (", ..." if len(shapes) > 4 else "")
+
+    def __repr__(self) -> str:
+        lines = [f"TensorListCPU(num_samples={len(self)}, dtype={self.dtype!r}, layout={self._layout!r},"]
+        if self.is_dense_tensor() and self._samples:
+            lines.append(f"    shape=[{len(self)}, {', '.join(map(str, self._samples[0].shape))}],")
+        else:
+            lines.append(f"    shape=[{self._shape_summary()}],")
+        for i, s in enumerate(self._samples[:3]):
+            body = np.array2string(s, threshold=24, edgeitems=2).replace("\n", "\n        ")
+            lines.append(f"    [{i}] {body}")
+        if len(self) > 3:
+            lines.append(f"    ... {len(self) - 3} more")
+        return "\n".join(lines) + ")"
+
+    __str__ = __repr__
+
+
+def _to_numpy(x) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, (TensorCPU,)):
+        return x.as_array()
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get") and mod.startswith("cupy"):
+        return x.get()
+    if hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    return np.asarray(x)
+
+
+def to_numpy(x) -> np.ndarray:
+    """Any array-like (NumPy, torch, DLPack, stoker tensor) as a NumPy array, without copying when possible."""
+    return _to_numpy(x)
