@@ -1,0 +1,101 @@
+"""Random crop windows with a bounded area fraction and aspect ratio.
+
+The sampler behind ``decoders.image_random_crop``, ``random_resized_crop`` and
+``random_crop_generator``. It follows DALI's rules so that the windows have
+the same distribution:
+
+* up to ``num_attempts`` times, draw an area fraction uniformly from ``area``
+  and an aspect ratio (width / height) log-uniformly from ``aspect_ratio``;
+  round the window's sides to integers (at least 1) and accept it when it fits
+  the image and its rounded aspect ratio is still in range;
+* when the image is so wide (tall) that no window of the minimum area can
+  have an allowed aspect ratio, skip the attempts and take the full height
+  (width) with the extreme aspect ratio;
+* when every attempt fails, take the whole image, or the largest window of an
+  allowed aspect ratio, shrunk to at most the maximum area fraction;
+* the anchor is uniform over the positions where the window fits.
+
+All randomness comes from the generator passed in (``ctx.rng`` in an
+operator), so a window depends only on (seed, iteration, sample).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["sample_crop_window"]
+
+
+def sample_crop_window(
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    area: tuple[float, float] = (0.08, 1.0),
+    aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    num_attempts: int = 10,
+) -> tuple[int, int, int, int]:
+    """Draw a random crop window ``(y, x, h, w)`` inside a ``height`` x ``width`` image.
+
+    Args:
+        rng: the NumPy generator the values are drawn from.
+        height, width: size of the image in pixels.
+        area: range of the window's area as a fraction of the image's area.
+        aspect_ratio: range of the window's width / height.
+        num_attempts: how many random windows to try before falling back.
+
+    Returns:
+        ``(y, x, h, w)``: top-left corner and size, with ``0 <= y``,
+        ``y + h <= height``, ``0 <= x``, ``x + w <= width``. An empty image
+        gives ``(0, 0, height, width)``.
+    """
+    H, W = int(height), int(width)
+    if H <= 0 or W <= 0:
+        return 0, 0, max(H, 0), max(W, 0)
+    a_lo, a_hi = float(area[0]), float(area[1])
+    r_lo, r_hi = float(aspect_ratio[0]), float(aspect_ratio[1])
+    if a_lo > a_hi or r_lo > r_hi:
+        raise ValueError(f"empty range: area={tuple(area)}, aspect_ratio={tuple(aspect_ratio)}")
+    if r_lo <= 0:
+        raise ValueError(f"aspect_ratio must be positive, got {tuple(aspect_ratio)}")
+
+    # The widest (tallest) window of an allowed aspect ratio that still fits.
+    max_w = max(1, int(H * r_hi))
+    max_h = max(1, int(W / r_lo))
+    min_area = a_lo * H * W
+
+    if H * max_w < min_area:  # too wide for any allowed window of the minimum area
+        h, w = H, max_w
+    elif W * max_h < min_area:  # too tall
+        h, w = max_h, W
+    else:
+        found = False
+        log_lo, log_hi = math.log(r_lo), math.log(r_hi)
+        for _ in range(max(0, int(num_attempts))):
+            target = rng.uniform(a_lo, a_hi) * H * W
+            ratio = math.exp(rng.uniform(log_lo, log_hi))
+            # Round half away from zero (C's roundf), not Python's half-to-even.
+            w = max(1, math.floor(math.sqrt(target * ratio) + 0.5))
+            h = max(1, math.floor(math.sqrt(target / ratio) + 0.5))
+            if w <= W and h <= H and r_lo <= w / h <= r_hi:
+                found = True
+                break
+        if not found:
+            # Whole image, or the largest window of an allowed aspect ratio,
+            # then shrunk (keeping its aspect ratio) to the largest allowed area.
+            if W / H > r_hi:
+                h, w = H, max_w
+            elif W / H < r_lo:
+                h, w = max_h, W
+            else:
+                h, w = H, W
+            shrink = math.sqrt(min(1.0, a_hi * H * W / (h * w)))
+            h = max(1, int(h * shrink))
+            w = max(1, int(w * shrink))
+
+    # Guard against the fallbacks overshooting by rounding (e.g. max_w > W).
+    h, w = min(h, H), min(w, W)
+    x = int(rng.integers(0, W - w, endpoint=True))
+    y = int(rng.integers(0, H - h, endpoint=True))
+    return y, x, h, w
