@@ -47,7 +47,11 @@ class Constant(Operator):
             val = val.astype(a["dtype"])
         if a["shape"] is not None:
             try:
-                val = np.broadcast_to(val.reshape(-1) if val.size != 1 else val.reshape(()), a["shape"]).copy()
+                if val.size == int(np.prod(a["shape"])):
+                    val = val.reshape(a["shape"])
+                else:
+                    val = np.broadcast_to(val.reshape(-1) if val.size != 1 else val.reshape(()),
+                                          a["shape"]).copy()
             except ValueError:
                 raise arg_error("constant", "shape", f"{a['shape']} does not fit {val.size} values") from None
         val.setflags(write=False)
