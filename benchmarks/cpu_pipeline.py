@@ -1,0 +1,138 @@
+"""CPU training and validation pipelines, side by side on the same data and thread count.
+
+    python benchmarks/cpu_pipeline.py DATA_DIR [--threads 2] [--batch 64] [--seconds 15] [--libs ...]
+
+Pipelines (same augmentations everywhere):
+  train: read file, decode with random crop (area 0.08-1, aspect 3/4-4/3), resize to 224x224,
+         random horizontal mirror, normalize to float CHW.
+  val:   read file, decode, resize shorter side to 256, centre crop 224, normalize to float CHW.
+
+Libraries: ``stoker`` (its DALI-style API), ``dali`` (NVIDIA DALI's CPU pipeline, when installed),
+``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL decode, transforms v2).
+Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
+    if lib == "stoker":
+        import stoker.fn as fn
+        import stoker.types as types
+        from stoker import pipeline_def
+    else:
+        import nvidia.dali.fn as fn
+        import nvidia.dali.types as types
+        from nvidia.dali import pipeline_def
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
+    def train():
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+        imgs = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+        imgs = fn.resize(imgs, resize_x=224, resize_y=224)
+        imgs = fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
+                                        mirror=fn.random.coin_flip())
+        return imgs, labels
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
+    def val():
+        jpegs, labels = fn.readers.file(file_root=root, name="r")
+        imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        imgs = fn.resize(imgs, resize_shorter=256)
+        imgs = fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+                                        mean=MEAN, std=STD)
+        return imgs, labels
+
+    pipe = train() if kind == "train" else val()
+    pipe.build()
+    return pipe.run
+
+
+def torchvision_loader(root: str, kind: str, batch: int, threads: int):
+    import torch
+    import torchvision
+    from torchvision.transforms import v2
+
+    norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=False), v2.Normalize(MEAN, STD)]
+    if kind == "train":
+        tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), *norm])
+    else:
+        tf = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224), *norm])
+    ds = torchvision.datasets.ImageFolder(root, transform=tf)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=kind == "train", num_workers=threads,
+                                         persistent_workers=True, drop_last=True, prefetch_factor=4)
+    state = {"it": iter(loader)}
+
+    def step():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            return next(state["it"])
+
+    return step
+
+
+def child(lib: str, root: str, kind: str, batch: int, threads: int, seconds: float) -> None:
+    t0 = time.perf_counter()
+    step = torchvision_loader(root, kind, batch, threads) if lib == "torchvision" else \
+        dali_style(lib, root, kind, batch, threads)
+    step()
+    first = time.perf_counter() - t0
+    for _ in range(2):
+        step()
+    n, t1 = 0, time.perf_counter()
+    while time.perf_counter() - t1 < seconds:
+        step()
+        n += batch
+    rate = n / (time.perf_counter() - t1)
+    print(json.dumps({"lib": lib, "pipeline": kind, "threads": threads, "batch": batch, "img_s": round(rate, 1),
+                      "first_batch_s": round(first, 2)}), flush=True)
+    os._exit(0)  # skip slow teardown of worker pools
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, lib, root, kind, batch, threads, seconds = sys.argv
+        child(lib, root, kind, int(batch), int(threads), float(seconds))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root")
+    ap.add_argument("--libs", default="stoker,dali,torchvision")
+    ap.add_argument("--pipelines", default="train,val")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    results = []
+    for _ in range(a.rounds):
+        for kind in a.pipelines.split(","):
+            for lib in a.libs.split(","):
+                cmd = [sys.executable, __file__, "--child", lib, a.root, kind, str(a.batch), str(a.threads),
+                       str(a.seconds)]
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+                res = json.loads(lines[-1]) if lines else {"lib": lib, "pipeline": kind,
+                                                           "error": p.stderr.strip()[-400:]}
+                results.append(res)
+                print(json.dumps(res), flush=True)
+    for kind in a.pipelines.split(","):
+        rates = {r["lib"]: r["img_s"] for r in results if r.get("pipeline") == kind and "img_s" in r}
+        if "stoker" in rates:
+            ratios = ", ".join(f"stoker/{k} = {rates['stoker'] / v:.2f}x" for k, v in rates.items() if k != "stoker")
+            print(f"{kind}: {ratios}")
+
+
+if __name__ == "__main__":
+    main()
