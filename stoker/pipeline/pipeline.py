@@ -9,7 +9,6 @@ import os
 import threading
 import warnings
 from collections import deque
-from typing import Any
 
 from stoker.errors import PipelineBuildError, StokerError
 from stoker.pipeline.data_node import DataNode, GraphRecorder
