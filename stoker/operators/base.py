@@ -36,6 +36,9 @@ class BatchContext:
     stream: Any = None  # the pipeline's CUDA stream, on the GPU stage
     device_id: int | None = None
     prepared: Any = None  # what a source operator prepared for this batch in advance()
+    on_error: str = "raise"  # "raise", or "skip"/"substitute": failed samples go to `failures`
+    failures: dict = field(default_factory=dict)  # sample index -> OperatorError
+    index_offset: int = 0  # added to sample indices for random streams (refilled samples)
 
     def source(self, i: int) -> str:
         return self.sources[i] if i < len(self.sources) else ""
@@ -91,25 +94,42 @@ class Operator:
 
         def one(i):
             args = self.sample_args(arg_inputs, i)
-            ctx = SampleContext(i, batch.iteration, self.op_seed, batch.source(i))
-            try:
-                out = self.run_sample(sample_inputs[i], args, ctx)
-            except OperatorError:
-                raise
-            except (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
-                    ArithmeticError, RuntimeError, AssertionError, MemoryError) as e:
-                raise self.sample_failure(e, batch, i) from e
+            ctx = SampleContext(i + batch.index_offset, batch.iteration, self.op_seed, batch.source(i))
+            out = self.run_sample(sample_inputs[i], args, ctx)
             return out if isinstance(out, tuple) else (out,)
 
-        if batch.pool is not None and n > 1 and self.parallel_samples:
-            results = list(batch.pool.map(one, range(n)))
-        else:
-            results = [one(i) for i in range(n)]
+        results = self.map_samples(batch, n, one)
+        kept = [i for i in range(n) if results[i] is not None]
+        sources = [batch.source(i) for i in kept] if batch.sources else None
         layouts = self.output_layouts([t.layout() for t in inputs])
-        outs = []
-        for k in range(self.num_outputs):
-            outs.append(TensorListCPU([r[k] for r in results], layouts[k], list(batch.sources)[:n] or None))
-        return outs
+        return [TensorListCPU([results[i][k] for i in kept], layouts[k], sources) for k in range(self.num_outputs)]
+
+    def map_samples(self, batch: BatchContext, n: int, compute) -> list:
+        """Run ``compute(i)`` for every sample on the pool, applying the batch's error policy.
+
+        With ``on_error="raise"`` the first failure raises an OperatorError naming
+        the operator, its origin and the sample's source. Otherwise failed samples
+        give None and are recorded in ``batch.failures`` for the executor.
+        """
+        policy = self.args.get("on_error") or batch.on_error
+
+        def guarded(i):
+            try:
+                return compute(i)
+            except OperatorError as e:
+                err = e
+            except (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
+                    ArithmeticError, RuntimeError, AssertionError, MemoryError) as e:
+                err = self.sample_failure(e, batch, i)
+                err.__cause__ = e
+            if policy == "raise":
+                raise err
+            batch.failures[i] = err
+            return None
+
+        if batch.pool is not None and n > 1 and self.parallel_samples:
+            return list(batch.pool.map(guarded, range(n)))
+        return [guarded(i) for i in range(n)]
 
     def run_gpu(self, batch: BatchContext, inputs: list, arg_inputs: dict[str, list]) -> list:
         """Compute a batch on the GPU (inputs are TensorListGPU, or TensorListCPU for "mixed")."""
@@ -191,19 +211,9 @@ class Reader(Operator):
     def run_cpu(self, batch: BatchContext, inputs, arg_inputs):
         refs = batch.prepared  # from advance(), called by the executor in iteration order
         sources = [self.source_of(r) for r in refs]
-
-        def one(i):
-            try:
-                return self.load(refs[i])
-            except OperatorError:
-                raise
-            except (OSError, ValueError, SampleError) as e:
-                raise OperatorError(str(e), operator=self.instance_name, origin=self.origin,
-                                    source=sources[i], sample_index=i) from e
-
-        if batch.pool is not None and len(refs) > 1:
-            results = list(batch.pool.map(one, range(len(refs))))
-        else:
-            results = [one(i) for i in range(len(refs))]
+        batch.sources = sources
+        results = self.map_samples(batch, len(refs), lambda i: self.load(refs[i]))
+        kept = [i for i in range(len(refs)) if results[i] is not None]
         layouts = self.output_layouts([])
-        return [TensorListCPU([r[k] for r in results], layouts[k], sources) for k in range(self.num_outputs)]
+        return [TensorListCPU([results[i][k] for i in kept], layouts[k], [sources[i] for i in kept])
+                for k in range(self.num_outputs)]

@@ -17,6 +17,7 @@ iteration i runs on the GPU and the user's training step runs in Python.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,8 @@ from stoker.operators.base import BatchContext
 from stoker.pipeline.graph import Graph
 
 _STOP = object()
+_log = logging.getLogger("stoker")
+_MAX_REFILL_ROUNDS = 16
 
 
 @dataclass
@@ -41,18 +44,27 @@ class Iteration:
     error: BaseException | None = None
     state: dict | None = None  # source states after this iteration (for checkpoints)
     done_event: Any = None  # CUDA event recorded after the GPU stage
+    offset: int = 0  # sample-index offset of refilled samples (random streams)
+    dropped: int = 0  # samples removed under on_error="skip"/"substitute"
+    reports: list = field(default_factory=list)
 
 
 class Executor:
     """Executes ``graph`` for ``Pipeline``; see the module docstring for the stages."""
 
     def __init__(self, graph: Graph, *, batch_size: int, num_threads: int, cpu_queue: int, gpu_queue: int,
-                 asynchronous: bool, gpu_context=None, on_state=None):
+                 asynchronous: bool, gpu_context=None, on_error: str = "raise"):
         self.graph = graph
         self.batch_size = batch_size
         self.pool = ThreadPoolExecutor(num_threads, thread_name_prefix="stoker-cpu") if num_threads > 1 else None
         self.gpu = gpu_context
         self.asynchronous = asynchronous
+        self.on_error = on_error
+        self.error_reports: list[dict] = []  # samples skipped or substituted (see Pipeline.error_report)
+        from stoker.operators.base import Reader
+
+        self._refillable = bool(graph.source_nodes) and all(
+            isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
         self._out: queue.Queue = queue.Queue()
@@ -146,9 +158,12 @@ class Executor:
             it.error = StopIteration()
             return
         try:
-            self._advance_sources(it)
+            self._advance_sources(it, self.batch_size)
             for node in self.graph.cpu_nodes:
                 self._run_node(node, it, gpu=False)
+            if it.dropped:
+                self._repair(it)
+            it.state = self.graph.source_state(it.index + 1)
         except StopIteration as e:
             self._ended = True
             it.error = e
@@ -166,12 +181,12 @@ class Executor:
         except BaseException as e:  # noqa: BLE001
             it.error = e
 
-    def _advance_sources(self, it: Iteration) -> None:
+    def _advance_sources(self, it: Iteration, count: int) -> None:
         prepared = {}
         sizes = []
         for node in self.graph.source_nodes:
             inst = self.graph.instances[node.id]
-            ctx = BatchContext(self.batch_size, it.index, pool=self.pool)
+            ctx = BatchContext(count, it.index, pool=self.pool)
             ctx.prepared = it.fed.get(node.instance_name)
             try:
                 prepared[node.id] = inst.advance(ctx)
@@ -182,9 +197,42 @@ class Executor:
             size = getattr(inst, "last_batch_size", None)
             if size is not None:
                 sizes.append(size)
-        it.batch_size = sizes[0] if sizes else self.batch_size
+        it.batch_size = sizes[0] if sizes else count
         it.values["prepared"] = prepared
-        it.state = self.graph.source_state(it.index + 1)
+
+    def _repair(self, it: Iteration) -> None:
+        """After samples failed under on_error="skip"/"substitute": refill or pad the batch.
+
+        "skip" draws replacements from the readers' stream (same epoch order, so
+        no good sample is lost or repeated); "substitute" repeats good samples of
+        the batch in the failed positions. Refilled samples get fresh sample
+        indices for their random streams, so results stay deterministic.
+        """
+        target = it.batch_size + it.dropped
+        policy = self.on_error
+        rounds = 0
+        while policy == "skip" and self._refillable and it.batch_size < target and rounds < _MAX_REFILL_ROUNDS:
+            rounds += 1
+            sub = Iteration(it.index, offset=target * rounds)
+            self._advance_sources(sub, target - it.batch_size)
+            for node in self.graph.cpu_nodes:
+                self._run_node(node, sub, gpu=False)
+            for key, value in sub.values.items():
+                if key != "prepared":
+                    it.values[key] = _concat(it.values[key], value)
+            it.batch_size += sub.batch_size
+            it.reports.extend(sub.reports)
+        if policy == "substitute" and it.batch_size > 0:
+            missing = target - it.batch_size
+            for key, value in it.values.items():
+                if key != "prepared":
+                    it.values[key] = _concat(value, _take(value, [k % it.batch_size for k in range(missing)]))
+            it.batch_size = target
+        with self._lock:
+            self.error_reports.extend(it.reports)
+        for r in it.reports:
+            _log.warning("stoker: %s sample %s at iteration %d (%s: %s)", r["action"], r["source"] or "?",
+                         r["iteration"], r["operator"], r["reason"])
 
     def _run_node(self, node, it: Iteration, gpu: bool) -> None:
         inst = self.graph.instances[node.id]
@@ -196,6 +244,8 @@ class Executor:
                            stream=self.gpu.stream if gpu else None,
                            device_id=self.gpu.device_id if self.gpu else None)
         ctx.prepared = it.values["prepared"].get(node.id)
+        ctx.on_error = "raise" if gpu else self.on_error
+        ctx.index_offset = it.offset
         for k, v in arg_inputs.items():
             if len(v) != n:
                 raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",
@@ -206,8 +256,38 @@ class Executor:
             raise
         except Exception as e:
             raise _annotate(e, node) from e
+        if ctx.failures:
+            self._drop(it, node, ctx, n)
         for i, out in enumerate(outs):
             it.values[(node.id, i)] = out
+
+    def _drop(self, it: Iteration, node, ctx: BatchContext, n: int) -> None:
+        """Remove the samples that failed in ``node`` from everything computed so far in ``it``."""
+        keep = [i for i in range(n) if i not in ctx.failures]
+        for key, value in list(it.values.items()):
+            if key != "prepared" and len(value) == n:
+                it.values[key] = _take(value, keep)
+        for _, err in sorted(ctx.failures.items()):
+            it.reports.append({"source": err.source, "operator": err.operator, "reason": err.reason,
+                               "iteration": it.index, "action": "skipped" if self.on_error == "skip"
+                               else "substituted"})
+        it.batch_size = len(keep)
+        it.dropped += len(ctx.failures)
+
+
+def _take(tl, indices: list[int]):
+    from stoker.tensors import TensorListCPU
+
+    samples = tl.samples()
+    sources = tl.source_info()
+    return TensorListCPU([samples[i] for i in indices], tl.layout(), [sources[i] for i in indices])
+
+
+def _concat(a, b):
+    from stoker.tensors import TensorListCPU
+
+    return TensorListCPU(a.samples() + b.samples(), a.layout() or b.layout(),
+                         list(a.source_info()) + list(b.source_info()))
 
 
 def _annotate(e: BaseException, node) -> OperatorError:

@@ -201,7 +201,8 @@ class Pipeline:
         self._graph = graph
         self._executor = Executor(graph, batch_size=self._batch_size, num_threads=self._num_threads,
                                   cpu_queue=self._cpu_queue, gpu_queue=self._gpu_queue,
-                                  asynchronous=self._exec_async, gpu_context=self._gpu)
+                                  asynchronous=self._exec_async, gpu_context=self._gpu,
+                                  on_error=self._on_error)
         self._built = True
 
     def _open_gpu(self, graph: Graph):
@@ -310,6 +311,17 @@ class Pipeline:
         self._first_iter = True
 
     # --- introspection ------------------------------------------------
+    def error_report(self) -> list[dict]:
+        """Samples skipped or substituted so far (on_error="skip"/"substitute").
+
+        Each entry: ``source`` (file path or record), ``operator``, ``reason``,
+        ``iteration`` and ``action``.
+        """
+        if self._executor is None:
+            return []
+        with self._executor._lock:
+            return list(self._executor.error_reports)
+
     def reader_meta(self, name: str | None = None) -> dict:
         """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""
         self.build()
