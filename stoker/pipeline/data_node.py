@@ -307,4 +307,7 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     rec = _current_graph_recorder()
     if rec is not None:
         rec.nodes.append(node)
+    as_list = getattr(schema, "outputs_as_list", None)  # e.g. external_source with num_outputs given
+    if as_list is not None and as_list(static):
+        return list(node.outputs)
     return node.outputs[0] if n_out == 1 else tuple(node.outputs)

@@ -1,0 +1,193 @@
+"""``fn.readers.file``: file contents and integer labels from a folder tree, a list file or a list of paths.
+
+Outputs per sample: the file's bytes (1D uint8) and its label (int32, shape (1,)).
+The sample's ``source_info`` is the path as DALI reports it (relative to
+``file_root`` when there is one); errors name the full path.
+
+Order, shard boundaries, padding, shard rotation and ``reader_meta()`` match
+DALI; shuffling is a per-pass permutation (see :mod:`._order`) instead of
+DALI's ``initial_fill`` buffer, so that a checkpoint is O(1).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from stoker.errors import PipelineBuildError
+from stoker.operators.base import Reader
+from stoker.operators.readers._listing import (
+    DEFAULT_FILE_FILTERS,
+    ListingError,
+    list_class_folders,
+    read_file_list,
+)
+from stoker.operators.readers._order import ShardedOrder
+from stoker.operators.schema import Arg, Schema, register
+
+# Arguments every sharded reader takes (DALI's reader arguments).
+READER_ARGS = (
+    Arg("shard_id", "int", 0, doc="index of the shard to read"),
+    Arg("num_shards", "int", 1, doc="number of parts the data set is split into (one per GPU/process)"),
+    Arg("random_shuffle", "bool", False,
+        doc="shuffle the samples of each pass; stoker uses a full permutation of the shard that is a "
+            "function of (seed, pass), not DALI's initial_fill buffer, so a checkpoint is O(1)"),
+    Arg("initial_fill", "int", 1024, doc="accepted for compatibility (stoker shuffles whole shards)"),
+    Arg("shuffle_after_epoch", "bool", False,
+        doc="permute the whole data set at every pass, identically on every shard"),
+    Arg("shuffle_after_epoch_seed", "int", None, doc="seed of shuffle_after_epoch (default: fixed)"),
+    Arg("stick_to_shard", "bool", False, doc="read the same shard every pass instead of rotating"),
+    Arg("pad_last_batch", "bool", False,
+        doc="pad each pass with its last sample up to a whole batch; the next pass starts a new batch"),
+    Arg("read_ahead", "bool", False, doc="accepted for compatibility"),
+    Arg("prefetch_queue_depth", "int", 1, doc="accepted for compatibility (the pipeline prefetches)"),
+    Arg("lazy_init", "bool", False, doc="list the data set on first use instead of at build"),
+    Arg("skip_cached_images", "bool", False, doc="accepted for compatibility (no decoder cache)"),
+    Arg("dont_use_mmap", "bool", False, doc="accepted for compatibility (files are read, not mapped)"),
+    Arg("tensor_init_bytes", "int", 1048576, doc="accepted for compatibility"),
+)
+
+
+@register
+class FileReader(Reader):
+    """Reads whole files and their labels (``fn.readers.file`` / ``ops.readers.File`` / ``ops.FileReader``)."""
+
+    schema = Schema(
+        name="readers.file",
+        doc="Reads file contents (1D uint8) and labels (int32, shape (1,)). The files are the contents of "
+            "the sub-folders of ``file_root`` (label = rank of the sorted folder name), the lines "
+            "'path label' of ``file_list``, or ``files`` with ``labels``.",
+        args=[
+            Arg("file_root", "str", None, doc="folder of class sub-folders, or the root of relative paths"),
+            Arg("file_list", "str", None, doc="text file with one 'path label' per line"),
+            Arg("files", "str_list", None, doc="paths to read (relative to file_root if given)"),
+            Arg("labels", "int_list", None, doc="labels of ``files``; default: their positions"),
+            Arg("file_filters", "str_list", list(DEFAULT_FILE_FILTERS),
+                doc="glob patterns of the file names listed under file_root"),
+            Arg("case_sensitive_filter", "bool", False, doc="match file_filters/dir_filters case-sensitively"),
+            Arg("dir_filters", "str_list", None, doc="glob patterns of the class folders to use"),
+            *READER_ARGS,
+        ],
+        inputs=(0, 0),
+        num_outputs=2,
+        legacy_name="FileReader",
+    )
+
+    def setup(self):
+        a = self.args
+        if a["num_shards"] < 1:
+            raise self._arg_error("num_shards", f"must be at least 1, got {a['num_shards']}")
+        if not 0 <= a["shard_id"] < a["num_shards"]:
+            raise self._arg_error("shard_id", f"must be in [0, num_shards={a['num_shards']}), got {a['shard_id']}")
+        if a["files"] is not None and a["file_list"] is not None:
+            raise self._arg_error("files", "give either files or file_list, not both")
+        if a["files"] is None and a["file_list"] is None and a["file_root"] is None:
+            raise self._arg_error("file_root", "is required unless files or file_list is given")
+        if a["labels"] is not None:
+            if a["files"] is None:
+                raise self._arg_error("labels", "is used only together with files")
+            if len(a["labels"]) != len(a["files"]):
+                raise self._arg_error("labels", f"has {len(a['labels'])} labels for {len(a['files'])} files")
+        if a["shuffle_after_epoch"] and a["random_shuffle"]:
+            raise self._arg_error("shuffle_after_epoch", "cannot be combined with random_shuffle")
+        if a["shuffle_after_epoch"] and a["stick_to_shard"]:
+            raise self._arg_error("shuffle_after_epoch", "cannot be combined with stick_to_shard")
+        self._batch_size = 1
+        self._order: ShardedOrder | None = None
+        self._pending_state: dict | None = None
+
+    def _arg_error(self, arg: str, message: str) -> PipelineBuildError:
+        label = "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
+        where = f"\n  operator created at {self.origin}" if self.origin else ""
+        return PipelineBuildError(f"{label}: argument '{arg}': {message}{where}")
+
+    def bind_pipeline(self, pipe) -> None:
+        self._batch_size = max(1, pipe.batch_size)
+
+    # --- listing ------------------------------------------------------------
+    def prepare(self) -> None:
+        if not self.args["lazy_init"]:
+            self._ensure_listed()
+
+    def _ensure_listed(self) -> ShardedOrder:
+        if self._order is not None:
+            return self._order
+        a = self.args
+        root = a["file_root"]
+        try:
+            if a["files"] is not None:
+                paths = list(a["files"])
+                labels = list(a["labels"]) if a["labels"] is not None else list(range(len(paths)))
+                if not paths:
+                    raise ListingError("files", "is empty")
+                base = root
+            elif a["file_list"] is not None:
+                paths, labels = read_file_list(a["file_list"])
+                base = root if root is not None else os.path.dirname(os.path.abspath(a["file_list"]))
+            else:
+                paths, labels = list_class_folders(root, a["file_filters"], a["dir_filters"],
+                                                   a["case_sensitive_filter"])
+                base = root
+        except ListingError as e:
+            raise self._arg_error(e.arg, str(e)) from None
+        if len(paths) < a["num_shards"]:
+            raise self._arg_error("num_shards", f"{a['num_shards']} shards for only {len(paths)} files")
+        self.paths = paths
+        self.full_paths = [os.path.join(base, p) if base else p for p in paths]
+        self.labels = np.asarray(labels, dtype=np.int32)
+        self._order = ShardedOrder(
+            len(paths), num_shards=a["num_shards"], shard_id=a["shard_id"], stick_to_shard=a["stick_to_shard"],
+            pad_last_batch=a["pad_last_batch"], random_shuffle=a["random_shuffle"], shuffle_seed=self.op_seed,
+            shuffle_after_epoch=a["shuffle_after_epoch"], shuffle_after_epoch_seed=a["shuffle_after_epoch_seed"],
+            batch_size=self._batch_size)
+        if self._pending_state is not None:
+            self._order.set_state(self._pending_state)
+            self._pending_state = None
+        return self._order
+
+    # --- Reader contract -------------------------------------------------------
+    def epoch_size(self, padded: bool = False) -> int:
+        order = self._ensure_listed()
+        return order.epoch_size_padded() if padded else order.n
+
+    def next_refs(self, n: int) -> list:
+        order = self._ensure_listed()
+        return [i for i, _ in order.take(n)]
+
+    def load(self, ref) -> tuple:
+        path = self.full_paths[ref]
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data = np.empty(size, dtype=np.uint8)
+                got = f.readinto(memoryview(data))
+        except OSError as e:
+            raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
+        if got != size:
+            data = data[:got]
+        return data, self.labels[ref:ref + 1].copy()
+
+    def source_of(self, ref) -> str:
+        return self.paths[ref]
+
+    def output_layouts(self, input_layouts):
+        return ["", ""]
+
+    def meta(self) -> dict:
+        order = self._ensure_listed()
+        a = self.args
+        return {"epoch_size": order.n, "epoch_size_padded": order.epoch_size_padded(),
+                "number_of_shards": a["num_shards"], "shard_id": a["shard_id"],
+                "pad_last_batch": int(a["pad_last_batch"]), "stick_to_shard": int(a["stick_to_shard"])}
+
+    def state(self) -> dict:
+        if self._order is None:
+            return dict(self._pending_state or {"epoch": 0, "position": 0, "shard": self.args["shard_id"]})
+        return self._order.state()
+
+    def set_state(self, state: dict) -> None:
+        if self._order is None:
+            self._pending_state = dict(state)
+        else:
+            self._order.set_state(state)
