@@ -1,0 +1,199 @@
+"""``resize`` and ``random_resized_crop`` on the CPU.
+
+Sizes and source regions come from :mod:`stoker.operators.image.geometry`
+(shared with the GPU), pixels from :mod:`stoker.operators.image.resample`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.image.geometry import RESIZE_MODES, resize_plan
+from stoker.operators.image.resample import resample
+from stoker.operators.random.crop_window import sample_crop_window
+from stoker.operators.schema import Arg, Schema, register
+
+INTERP = types.DALIInterpType
+
+_FILTER_ARGS = [
+    Arg("interp_type", "interp", INTERP.INTERP_LINEAR, tensor=True,
+        doc="interpolation for both shrinking and enlarging (overridden by min_filter / mag_filter)"),
+    Arg("min_filter", "interp", None, tensor=True, doc="filter used when shrinking"),
+    Arg("mag_filter", "interp", None, tensor=True, doc="filter used when enlarging"),
+    Arg("antialias", "bool", True, doc="widen the filter when shrinking (no effect for NN)"),
+    Arg("dtype", "dtype", None, doc="output type (default: the input's); integer outputs round and saturate"),
+    Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored"),
+    Arg("temp_buffer_hint", "int", 0, doc="accepted for compatibility; ignored"),
+    Arg("minibatch_size", "int", 32, doc="accepted for compatibility; ignored"),
+]
+
+
+def spatial_axes(layout: str, ndim: int, op: str) -> list[int]:
+    """Positions of the D/H/W axes of a sample (layout-less: HW, HWC or DHWC by rank)."""
+    if layout:
+        axes = [i for i, ch in enumerate(layout) if ch in "DHW"]
+        if len(layout) != ndim or not axes:
+            raise ValueError(f"{op}: cannot find spatial axes in layout {layout!r} of a {ndim}D sample")
+        return axes
+    if ndim == 2:
+        return [0, 1]
+    if ndim == 3:
+        return [0, 1]
+    if ndim == 4:
+        return [0, 1, 2]
+    raise ValueError(f"{op}: expected an HW, HWC or DHWC sample, got {ndim} dimensions")
+
+
+def _filters(args: dict) -> tuple:
+    base = INTERP(int(args["interp_type"]))
+    mn = args.get("min_filter")
+    mg = args.get("mag_filter")
+    return (INTERP(int(mn)) if mn is not None else base), (INTERP(int(mg)) if mg is not None else base)
+
+
+def _flat(v) -> list[float] | None:
+    if v is None:
+        return None
+    return [float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1)]
+
+
+@register
+class Resize(Operator):
+    """Resizes images (HWC, HW, DHWC, FHWC...) like DALI's ``fn.resize``."""
+
+    schema = Schema(
+        name="resize",
+        legacy_name="Resize",
+        doc="Resizes images. Give the output size with resize_x/resize_y(/resize_z), size, "
+            "resize_shorter or resize_longer; missing extents keep the aspect ratio.",
+        args=[
+            Arg("resize_x", "float", 0.0, tensor=True, doc="output width (0: from the others)"),
+            Arg("resize_y", "float", 0.0, tensor=True, doc="output height (0: from the others)"),
+            Arg("resize_z", "float", 0.0, tensor=True, doc="output depth for volumes (0: from the others)"),
+            Arg("size", "float_list", None, tensor=True,
+                doc="output extents in layout order, e.g. (H, W); 0 entries are computed"),
+            Arg("resize_shorter", "float", 0.0, tensor=True,
+                doc="length of the shorter side; the longer keeps the aspect ratio"),
+            Arg("resize_longer", "float", 0.0, tensor=True,
+                doc="length of the longer side; the shorter keeps the aspect ratio"),
+            Arg("mode", "str", "default", doc="'default', 'stretch', 'not_larger' or 'not_smaller'"),
+            Arg("max_size", "float_list", None, doc="limit of the output extents (one value or one per axis)"),
+            Arg("roi_start", "float_list", None, tensor=True, doc="start of the input region (layout order)"),
+            Arg("roi_end", "float_list", None, tensor=True, doc="end of the input region (layout order)"),
+            Arg("roi_relative", "bool", False, doc="ROI given as fractions of the input extents"),
+            Arg("subpixel_scale", "bool", True,
+                doc="fractional output sizes keep their exact scale (the ROI adjusts)"),
+            Arg("save_attrs", "bool", False, doc="second output: the input's spatial shape (int32)"),
+            *_FILTER_ARGS,
+        ],
+        devices=("cpu",),
+        num_outputs=lambda a: 2 if a.get("save_attrs") else 1,
+    )
+
+    def setup(self):
+        a = self.args
+        if a["mode"] not in RESIZE_MODES:
+            raise arg_error("resize", "mode", f"must be one of {', '.join(RESIZE_MODES)}, got {a['mode']!r}")
+        if a["resize_shorter"] and a["resize_longer"]:
+            raise arg_error("resize", "resize_shorter", "cannot be used together with resize_longer")
+        if a["max_size"] is not None and any(m < 0 for m in a["max_size"]):
+            raise arg_error("resize", "max_size", "must not be negative")
+        self._layout = ""
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        self._layout = inputs[0].layout() if inputs else ""
+        return super().run_cpu(batch, inputs, arg_inputs)
+
+    def requested(self, args: dict, nd: int) -> list[float]:
+        """Requested extents (outermost first) from size / resize_x,y,z."""
+        size = _flat(args.get("size"))
+        if size is not None:
+            if len(size) == 1:
+                size = size * nd
+            if len(size) != nd:
+                raise ValueError(f"argument 'size' has {len(size)} values; the sample has {nd} spatial axes")
+            return size
+        xyz = [float(args.get("resize_z") or 0), float(args.get("resize_y") or 0), float(args.get("resize_x") or 0)]
+        return xyz[3 - nd:]
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        axes = spatial_axes(self._layout, img.ndim, "resize")
+        in_size = [img.shape[a] for a in axes]
+        if min(in_size) < 1:
+            raise self.error(f"cannot resize an empty sample of shape {img.shape}")
+        plan = resize_plan(in_size, self.requested(args, len(axes)), mode=self.args["mode"],
+                           max_size=self.args["max_size"],
+                           resize_shorter=float(args.get("resize_shorter") or 0),
+                           resize_longer=float(args.get("resize_longer") or 0),
+                           roi_start=_flat(args.get("roi_start")), roi_end=_flat(args.get("roi_end")),
+                           roi_relative=self.args["roi_relative"], subpixel_scale=self.args["subpixel_scale"])
+        mn, mg = _filters(args)
+        out = resample(img, axes, plan.out_size, plan.lo, plan.hi, min_filter=mn, mag_filter=mg,
+                       antialias=self.args["antialias"], dtype=self.args["dtype"])
+        if self.args["save_attrs"]:
+            return out, np.asarray(in_size, np.int32)
+        return out
+
+    def output_layouts(self, input_layouts):
+        lay = input_layouts[0] if input_layouts else ""
+        return [lay, ""] if self.args["save_attrs"] else [lay]
+
+
+@register
+class RandomResizedCrop(Operator):
+    """A random window (area fraction, aspect ratio) of each image, resized to ``size``."""
+
+    schema = Schema(
+        name="random_resized_crop",
+        legacy_name="RandomResizedCrop",
+        doc="Crops a random window of each image (its area and aspect ratio drawn from random_area and "
+            "random_aspect_ratio) and resizes it to size.",
+        args=[
+            Arg("size", "float_list", None, doc="output (H, W) (required)"),
+            Arg("random_area", "float_list", [0.08, 1.0], doc="range of the window's area fraction"),
+            Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], doc="range of the window's width/height"),
+            Arg("num_attempts", "int", 10, doc="windows tried before falling back"),
+            *_FILTER_ARGS,
+        ],
+        devices=("cpu",),
+        random=True,
+    )
+
+    def setup(self):
+        a = self.args
+        if a["size"] is None:
+            raise arg_error("random_resized_crop", "size", "is required")
+        size = a["size"] * 2 if len(a["size"]) == 1 else a["size"]
+        if len(size) != 2 or min(size) <= 0:
+            raise arg_error("random_resized_crop", "size", f"must be 1 or 2 positive extents, got {a['size']}")
+        self.size = tuple(int(round(s)) for s in size)
+        ranges = []
+        for name in ("random_area", "random_aspect_ratio"):
+            v = a[name]
+            if len(v) == 1:
+                v = v * 2
+            if len(v) != 2 or v[0] > v[1] or v[0] <= 0:
+                raise arg_error("random_resized_crop", name, f"must be a range (lo, hi) with 0 < lo <= hi, got {v}")
+            ranges.append((float(v[0]), float(v[1])))
+        self.area, self.aspect = ranges
+        self._layout = ""
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        self._layout = inputs[0].layout() if inputs else ""
+        return super().run_cpu(batch, inputs, arg_inputs)
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        axes = spatial_axes(self._layout, img.ndim, "random_resized_crop")
+        if len(axes) != 2:
+            raise self.error(f"expects 2D images, got a sample of shape {img.shape}")
+        h, w = img.shape[axes[0]], img.shape[axes[1]]
+        y, x, ch, cw = sample_crop_window(ctx.rng, h, w, self.area, self.aspect,
+                                          self.args["num_attempts"])
+        mn, mg = _filters(args)
+        return resample(img, axes, self.size, (y, x), (y + ch, x + cw), min_filter=mn, mag_filter=mg,
+                        antialias=self.args["antialias"], dtype=self.args["dtype"])
