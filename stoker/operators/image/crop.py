@@ -1,0 +1,151 @@
+"""``crop``: a window of each image at a normalized position, with DALI's anchor rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.image.geometry import crop_window
+from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.tensor.basic import convert
+
+OOB_POLICIES = ("error", "pad", "trim_to_shape")
+
+CROP_ARGS = [
+    Arg("crop", "float_list", None, tensor=True, doc="window extents in layout order, e.g. (H, W)"),
+    Arg("crop_h", "float", 0.0, tensor=True, doc="window height (fractions are truncated)"),
+    Arg("crop_w", "float", 0.0, tensor=True, doc="window width"),
+    Arg("crop_d", "float", 0.0, tensor=True, doc="window depth (volumes)"),
+    Arg("crop_pos_x", "float", 0.5, tensor=True, doc="normalized horizontal position in [0, 1]"),
+    Arg("crop_pos_y", "float", 0.5, tensor=True, doc="normalized vertical position in [0, 1]"),
+    Arg("crop_pos_z", "float", 0.5, tensor=True, doc="normalized depth position in [0, 1]"),
+    Arg("out_of_bounds_policy", "str", "error", doc="'error', 'pad' (with fill_values) or 'trim_to_shape'"),
+    Arg("fill_values", "float_list", [0.0], doc="padding value, one or one per channel"),
+]
+
+
+def spatial_axes_of(layout: str, ndim: int) -> tuple[list[int], int | None]:
+    """(D/H/W axes, channel axis) of a sample; without a layout: HW, HWC or DHWC by rank."""
+    if layout and len(layout) == ndim:
+        axes = [i for i, ch in enumerate(layout) if ch in "DHW"]
+        return axes, (layout.index("C") if "C" in layout else None)
+    if ndim == 2:
+        return [0, 1], None
+    if ndim == 3:
+        return [0, 1], 2
+    if ndim == 4:
+        return [0, 1, 2], 3
+    raise ValueError(f"cannot tell the spatial axes of a {ndim}D sample without a layout")
+
+
+def check_crop_args(op: str, args: dict) -> None:
+    if args["out_of_bounds_policy"] not in OOB_POLICIES:
+        raise arg_error(op, "out_of_bounds_policy",
+                        f"must be one of {', '.join(OOB_POLICIES)}, got {args['out_of_bounds_policy']!r}")
+
+
+def requested_window(args: dict, nd: int) -> tuple[list[float] | None, list[float]]:
+    """(extents or None when no crop is asked, normalized positions), outermost axis first."""
+    pos = [float(args.get("crop_pos_z", 0.5)), float(args.get("crop_pos_y", 0.5)),
+           float(args.get("crop_pos_x", 0.5))][3 - nd:]
+    crop = args.get("crop")
+    if crop is not None:
+        ext = [float(c) for c in np.asarray(crop, np.float64).reshape(-1)]
+        if len(ext) == 1:
+            ext = ext * nd
+        if len(ext) != nd:
+            raise ValueError(f"argument 'crop' has {len(ext)} values; the sample has {nd} spatial axes")
+        return ext, pos
+    hwd = [float(args.get("crop_d") or 0), float(args.get("crop_h") or 0), float(args.get("crop_w") or 0)][3 - nd:]
+    if not any(hwd):
+        return None, pos
+    return hwd, pos
+
+
+def crop_array(img: np.ndarray, axes: list[int], channel_axis: int | None, anchors: list[int],
+               extents: list[int], policy: str, fill: list[float], op: str) -> np.ndarray:
+    """Cuts ``img`` to the window; ``policy`` says what happens where it leaves the image."""
+    for a, e, ax in zip(anchors, extents, axes):
+        n = img.shape[ax]
+        if e < 1:
+            raise ValueError(f"{op}: crop extent must be at least 1, got {e}")
+        if (a < 0 or a + e > n) and policy == "error":
+            raise ValueError(f"{op}: the crop window [{a}, {a + e}) leaves the sample's axis of extent {n} "
+                             f"(shape {img.shape}); use out_of_bounds_policy='pad' or 'trim_to_shape'")
+    index = [slice(None)] * img.ndim
+    for a, e, ax in zip(anchors, extents, axes):
+        index[ax] = slice(max(a, 0), min(a + e, img.shape[ax]))
+    inner = img[tuple(index)]
+    if policy != "pad" or all(a >= 0 and a + e <= img.shape[ax] for a, e, ax in zip(anchors, extents, axes)):
+        return inner
+    shape = list(img.shape)
+    for e, ax in zip(extents, axes):
+        shape[ax] = e
+    out = np.empty(shape, img.dtype)
+    out[...] = fill_array(fill, img.ndim, channel_axis, img.shape, img.dtype, op)
+    dst = [slice(None)] * img.ndim
+    for a, ax in zip(anchors, axes):
+        lo = max(-a, 0)
+        dst[ax] = slice(lo, lo + inner.shape[ax])
+    out[tuple(dst)] = inner
+    return out
+
+
+def fill_array(fill: list[float], ndim: int, channel_axis: int | None, shape, dtype, op: str) -> np.ndarray:
+    """Fill values shaped to broadcast over a sample (per channel when several are given)."""
+    vals = np.asarray(fill, np.float64)
+    if vals.size > 1:
+        if channel_axis is None or shape[channel_axis] != vals.size:
+            raise ValueError(f"{op}: {vals.size} fill_values do not match the sample's channels (shape {shape})")
+        bshape = [1] * ndim
+        bshape[channel_axis] = vals.size
+        vals = vals.reshape(bshape)
+    else:
+        vals = vals.reshape(())
+    return convert(vals, np.dtype(dtype)) if np.dtype(dtype).kind in "iu" else vals.astype(dtype)
+
+
+class _LayoutAware(Operator):
+    """Remembers the input layout of the batch being run (samples need it)."""
+
+    _layout = ""
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        self._layout = inputs[0].layout() if inputs else ""
+        return super().run_cpu(batch, inputs, arg_inputs)
+
+
+@register
+class Crop(_LayoutAware):
+    """Cuts a window of each sample (HWC, CHW, DHWC ...)."""
+
+    schema = Schema(
+        name="crop",
+        legacy_name="Crop",
+        doc="Crops each sample to a window of extent crop (or crop_h/crop_w/crop_d) whose position is "
+            "given by crop_pos_x/y/z in [0, 1]; the anchor is round(pos * (in - crop)).",
+        args=[*CROP_ARGS,
+              Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
+              Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        check_crop_args("crop", self.args)
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        axes, ch = spatial_axes_of(self._layout, img.ndim)
+        ext, pos = requested_window(args, len(axes))
+        out = img
+        if ext is not None:
+            for p in pos:
+                if not 0.0 <= p <= 1.0 and self.args["out_of_bounds_policy"] == "error":
+                    raise self.error(f"crop_pos values must be in [0, 1], got {p}")
+            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos)
+            out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
+                             self.args["fill_values"], "crop")
+        if self.args["dtype"] is not None and out.dtype != self.args["dtype"]:
+            return convert(out, self.args["dtype"])
+        return np.ascontiguousarray(out)

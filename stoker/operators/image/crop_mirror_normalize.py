@@ -1,0 +1,100 @@
+"""``crop_mirror_normalize``: crop, optional horizontal flip, ``(x - mean) / std * scale + shift``,
+layout change (HWC -> CHW by default), type conversion and channel padding, in one pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.image.crop import (
+    CROP_ARGS,
+    _LayoutAware,
+    check_crop_args,
+    crop_array,
+    requested_window,
+    spatial_axes_of,
+)
+from stoker.operators.image.geometry import crop_window
+from stoker.operators.image.resample import to_dtype
+from stoker.operators.schema import Arg, Schema, register
+
+
+@register
+class CropMirrorNormalize(_LayoutAware):
+    """The usual last step of an image pipeline (DALI's ``fn.crop_mirror_normalize``)."""
+
+    schema = Schema(
+        name="crop_mirror_normalize",
+        legacy_name="CropMirrorNormalize",
+        doc="Crops (as fn.crop), mirrors horizontally where mirror is 1, normalizes "
+            "(x - mean) / std * scale + shift, and writes output_layout in dtype.",
+        args=[*CROP_ARGS,
+              Arg("mirror", "int", 0, tensor=True, doc="1 flips the sample horizontally"),
+              Arg("mean", "float_list", [0.0], tensor=True, doc="subtracted; one value or one per channel"),
+              Arg("std", "float_list", [1.0], tensor=True, doc="divides; one value or one per channel"),
+              Arg("scale", "float", 1.0, doc="multiplies the normalized value"),
+              Arg("shift", "float", 0.0, doc="added last"),
+              Arg("output_layout", "layout", "CHW", doc="'CHW' or 'HWC' (or the input's for other layouts)"),
+              Arg("dtype", "dtype", types.FLOAT, doc="output type: FLOAT, FLOAT16, UINT8, INT8 ..."),
+              Arg("output_dtype", "dtype", None, doc="deprecated name of dtype"),
+              Arg("pad_output", "bool", False, doc="pad channels with zeros to the next power of two"),
+              Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        check_crop_args("crop_mirror_normalize", self.args)
+        self.dtype = self.args["output_dtype"] if self.args["output_dtype"] is not None else self.args["dtype"]
+        if self.args["std"] is not None and any(s == 0 for s in self.args["std"]):
+            raise arg_error("crop_mirror_normalize", "std", "must not contain 0")
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        layout = self._layout or ("HWC" if img.ndim == 3 else "HW" if img.ndim == 2 else "")
+        axes, ch = spatial_axes_of(layout, img.ndim)
+        ext, pos = requested_window(args, len(axes))
+        fill_out = None
+        if ext is not None:
+            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos)
+            inside = all(a >= 0 and a + e <= img.shape[x] for a, e, x in zip(anchors, extents, axes))
+            if inside or self.args["out_of_bounds_policy"] != "pad":
+                img = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"], [0.0],
+                                 "crop_mirror_normalize")
+            else:
+                fill_out = (anchors, extents)  # pad after normalizing: fill values are output values
+        x = img.astype(np.float32)
+        nch = img.shape[ch] if ch is not None else 1
+        mean = self._per_channel(args.get("mean"), nch, "mean", x.ndim, ch)
+        std = self._per_channel(args.get("std"), nch, "std", x.ndim, ch)
+        scale = np.float32(self.args["scale"])
+        x = (x - mean) * (scale / std) + np.float32(self.args["shift"])
+        if fill_out is not None:
+            x = crop_array(x, axes, ch, *fill_out, "pad", self.args["fill_values"], "crop_mirror_normalize")
+        if int(args.get("mirror") or 0):
+            x = np.flip(x, axis=[a for a, c in zip(range(len(layout)), layout) if c == "W"] or [axes[-1]])
+        if self.args["pad_output"] and ch is not None:
+            want = 1 << (nch - 1).bit_length()
+            if want > nch:
+                pad = [(0, 0)] * x.ndim
+                pad[ch] = (0, want - nch)
+                x = np.pad(x, pad)
+        out_layout = self.args["output_layout"] or layout
+        if out_layout != layout and sorted(out_layout) == sorted(layout):
+            x = np.transpose(x, [layout.index(c) for c in out_layout])
+        return np.ascontiguousarray(to_dtype(x, self.dtype))
+
+    def _per_channel(self, value, nch, name, ndim, ch):
+        vals = np.asarray(value if value is not None else [0.0 if name == "mean" else 1.0],
+                          np.float32).reshape(-1)
+        if vals.size == 1:
+            return vals.reshape(())
+        if vals.size != nch or ch is None:
+            raise self.error(f"argument '{name}' has {vals.size} values but the sample has {nch} channels")
+        shape = [1] * ndim
+        shape[ch] = nch
+        return vals.reshape(shape)
+
+    def output_layouts(self, input_layouts):
+        lay = input_layouts[0] if input_layouts else ""
+        return [self.args["output_layout"] or lay]

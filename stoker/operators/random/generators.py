@@ -1,0 +1,159 @@
+"""Random number generators: ``random.uniform``, ``random.normal``, ``random.coin_flip``,
+``random.choice``.
+
+Every value comes from the sample's counter-based stream (``ctx.rng``), so a
+batch depends only on (seed, operator, iteration, sample): the same for any
+``num_threads`` or prefetch depth. Values differ from DALI's (another
+generator); the distributions are the same.
+
+Without a positional input each generator makes ``batch_size`` samples of
+``shape`` (default: scalars). With one (DALI's ``__shape_like``), sample i
+takes the shape of input sample i (``random.choice`` instead takes the values
+to choose from).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+
+_SHAPE = Arg("shape", "int_list", None, tensor=True, doc="shape of each sample (default: a scalar)")
+
+
+def _shape(inputs, args) -> tuple[int, ...]:
+    if inputs:
+        return tuple(np.shape(inputs[0]))
+    s = args.get("shape")
+    if s is None:
+        return ()
+    return tuple(int(v) for v in np.asarray(s).reshape(-1))
+
+
+class _Generator(Operator):
+    def output_layouts(self, input_layouts):
+        return [""]
+
+
+@register
+class Uniform(_Generator):
+    """Uniform values in ``[range[0], range[1])``, or picks from ``values``."""
+
+    schema = Schema(
+        name="random.uniform",
+        legacy_name="random.Uniform",
+        extra_legacy_names=("Uniform",),
+        doc="Random values drawn uniformly from range [lo, hi) or from the discrete set values.",
+        args=[Arg("range", "float_list", [-1.0, 1.0], tensor=True, doc="(lo, hi)"),
+              Arg("values", "float_list", None, tensor=True, doc="a discrete set to draw from (instead of range)"),
+              _SHAPE,
+              Arg("dtype", "dtype", types.FLOAT, doc="output type; integer types draw integers in [lo, hi)")],
+        inputs=(0, 1),
+        devices=("cpu",),
+        random=True,
+    )
+
+    def setup(self):
+        r = self.args["range"]
+        if r is not None and (len(r) != 2 or r[0] > r[1]):
+            raise arg_error("random.uniform", "range", f"must be (lo, hi) with lo <= hi, got {r}")
+
+    def run_sample(self, inputs, args, ctx):
+        shape = _shape(inputs, args)
+        dtype = self.args["dtype"]
+        if args.get("values") is not None:
+            vals = np.asarray(args["values"], np.float64).reshape(-1)
+            if vals.size == 0:
+                raise self.error("argument 'values' is empty")
+            return vals[ctx.rng.integers(0, vals.size, size=shape)].astype(dtype)
+        lo, hi = (float(v) for v in np.asarray(args["range"], np.float64).reshape(-1)[:2])
+        if np.dtype(dtype).kind in "iu":
+            return np.floor(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
+        return np.asarray(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
+
+
+@register
+class Normal(_Generator):
+    """Gaussian values with ``mean`` and ``stddev``."""
+
+    schema = Schema(
+        name="random.normal",
+        legacy_name="random.Normal",
+        extra_legacy_names=("NormalDistribution",),
+        doc="Random values from a normal distribution.",
+        args=[Arg("mean", "float", 0.0, tensor=True), Arg("stddev", "float", 1.0, tensor=True), _SHAPE,
+              Arg("dtype", "dtype", types.FLOAT, doc="output type")],
+        inputs=(0, 1),
+        devices=("cpu",),
+        random=True,
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        std = float(args.get("stddev"))
+        if std < 0:
+            raise self.error(f"argument 'stddev' must not be negative, got {std}")
+        x = ctx.rng.normal(float(args.get("mean")), std, size=_shape(inputs, args))
+        dtype = np.dtype(self.args["dtype"])
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            return np.clip(np.rint(x), info.min, info.max).astype(dtype)
+        return np.asarray(x).astype(dtype)
+
+
+@register
+class CoinFlip(_Generator):
+    """1 with ``probability``, else 0."""
+
+    schema = Schema(
+        name="random.coin_flip",
+        legacy_name="random.CoinFlip",
+        extra_legacy_names=("CoinFlip",),
+        doc="Random 0/1 values (Bernoulli); 1 with the given probability.",
+        args=[Arg("probability", "float", 0.5, tensor=True), _SHAPE,
+              Arg("dtype", "dtype", types.INT32, doc="output type")],
+        inputs=(0, 1),
+        devices=("cpu",),
+        random=True,
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        p = float(args.get("probability"))
+        if not 0.0 <= p <= 1.0:
+            raise self.error(f"argument 'probability' must be in [0, 1], got {p}")
+        return (ctx.rng.random(size=_shape(inputs, args)) < p).astype(self.args["dtype"])
+
+
+@register
+class Choice(_Generator):
+    """Picks from ``range(n)`` (a scalar input n) or from the input's values, with probabilities ``p``."""
+
+    schema = Schema(
+        name="random.choice",
+        legacy_name="random.Choice",
+        doc="Random picks: from 0..n-1 when the input is a scalar n, else from the input's 1D values.",
+        args=[Arg("p", "float_list", None, tensor=True, doc="probability of each choice (default: equal)"),
+              _SHAPE],
+        inputs=(1, 1),
+        devices=("cpu",),
+        random=True,
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        a = np.asarray(inputs[0])
+        if a.ndim == 0:
+            if a.dtype.kind not in "iu" or int(a) < 1:
+                raise self.error(f"a scalar input must be a positive integer n, got {a!r}")
+            values = np.arange(int(a), dtype=a.dtype)
+        else:
+            values = a.reshape(-1)
+        p = args.get("p")
+        if p is not None:
+            p = np.asarray(p, np.float64).reshape(-1)
+            if p.size != values.size or np.any(p < 0) or not np.isclose(p.sum(), 1.0, atol=1e-4):
+                raise self.error(f"argument 'p' must hold {values.size} non-negative probabilities summing to 1")
+            p = p / p.sum()
+        shape = _shape((), args)
+        return np.asarray(values[ctx.rng.choice(values.size, size=shape, p=p)])
