@@ -1,15 +1,31 @@
-"""The CUDA side: device selection, the pipeline's stream, events, and CuPy access.
+"""The CUDA side: device selection, the pipeline's stream, events, memory, kernels.
 
 Imported lazily: a CPU-only user never imports CuPy.
+
+What lives here:
+
+* :class:`GpuContext` - one pipeline's device and its non-blocking stream.
+* :func:`use_memory_pool` - CuPy's caching pool (default) or the driver's
+  stream-ordered pool (``STOKER_GPU_POOL=async``).
+* :class:`PinnedRing` - reusable pinned staging buffers for host-to-device
+  copies that do not block the host (pageable copies would sync the stream).
+* :func:`load_kernel` - NVRTC-compiled kernels from ``stoker/kernels/*.cu``,
+  compiled on first use and cached per device (CuPy also caches on disk).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import threading
+
+import numpy as np
+
+_KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy():
     import cupy
 
@@ -38,15 +54,42 @@ def cuda_available() -> bool:
     return unavailable_reason(0) is None
 
 
+_pool_lock = threading.Lock()
+_pool_chosen: str | None = None
+
+
+def use_memory_pool(kind: str | None = None) -> str:
+    """Choose CuPy's allocator once per process: "default" (caching) or "async" (cudaMallocAsync).
+
+    ``kind`` None reads ``STOKER_GPU_POOL``. The caching pool keeps one free
+    list per stream, so memory freed by a batch is reused only by work on the
+    same stream; that is what keeps a consumer's late reads safe.
+    """
+    global _pool_chosen
+    with _pool_lock:
+        if _pool_chosen is not None:
+            return _pool_chosen
+        cp = _cupy()
+        kind = kind or os.environ.get("STOKER_GPU_POOL", "default")
+        if kind == "async":
+            cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+        elif kind != "default":
+            raise ValueError(f"STOKER_GPU_POOL must be 'default' or 'async', got {kind!r}")
+        _pool_chosen = kind
+        return kind
+
+
 class GpuContext:
-    """One pipeline's GPU: its device and its own non-blocking CUDA stream."""
+    """One pipeline's GPU: its device, its own non-blocking CUDA stream and staging buffers."""
 
     def __init__(self, device_id: int):
         cp = _cupy()
+        use_memory_pool()
         self.device_id = device_id
         self.device = cp.cuda.Device(device_id)
         with self.device:
             self.stream = cp.cuda.Stream(non_blocking=True)
+        self.pinned = PinnedRing(device_id)
 
     @contextlib.contextmanager
     def activate(self):
@@ -57,3 +100,100 @@ class GpuContext:
         ev = _cupy().cuda.Event(disable_timing=True)
         ev.record(self.stream)
         return ev
+
+
+class PinnedRing:
+    """Pinned host buffers reused in turn for asynchronous host-to-device copies.
+
+    Each slot remembers the event recorded after the copy that read it; a slot
+    is written again only once that event has completed. Slots grow on demand.
+    """
+
+    def __init__(self, device_id: int, slots: int = 4):
+        self.device_id = device_id
+        self._bufs: list = [None] * slots
+        self._events: list = [None] * slots
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def _slot(self, nbytes: int):
+        cp = _cupy()
+        with self._lock:
+            k = self._next
+            self._next = (k + 1) % len(self._bufs)
+        ev = self._events[k]
+        if ev is not None:
+            ev.synchronize()
+        buf = self._bufs[k]
+        if buf is None or buf.size < nbytes:
+            size = max(nbytes, 1 << 20)
+            size = 1 << (size - 1).bit_length()
+            mem = cp.cuda.alloc_pinned_memory(size)
+            buf = np.frombuffer(mem, np.uint8, size)
+            self._bufs[k] = buf
+        return k, buf
+
+    def upload(self, host: np.ndarray, stream, out=None):
+        """Copy ``host`` to a new (or the given) CuPy array on ``stream``, without blocking the host."""
+        cp = _cupy()
+        host = np.ascontiguousarray(host)
+        if out is None:
+            out = cp.empty(host.shape, host.dtype)
+        nbytes = host.nbytes
+        if nbytes == 0:
+            return out
+        k, buf = self._slot(nbytes)
+        buf[:nbytes] = host.reshape(-1).view(np.uint8)
+        cp.cuda.runtime.memcpyAsync(out.data.ptr, buf.ctypes.data, nbytes,
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
+        return out
+
+    def upload_many(self, arrays, stream, align: int = 256):
+        """Pack host arrays into one pinned buffer, copy it once, return (device buffer, byte offsets)."""
+        cp = _cupy()
+        offsets = []
+        total = 0
+        for a in arrays:
+            offsets.append(total)
+            total += (a.nbytes + align - 1) // align * align
+        dev = cp.empty(max(total, 1), cp.uint8)
+        if total == 0:
+            return dev, offsets
+        k, buf = self._slot(total)
+        for a, off in zip(arrays, offsets):
+            buf[off:off + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        cp.cuda.runtime.memcpyAsync(dev.data.ptr, buf.ctypes.data, total,
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
+        return dev, offsets
+
+
+_module_cache: dict = {}
+_module_lock = threading.Lock()
+
+
+def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
+    """The kernel ``name`` from ``stoker/kernels/<source>.cu``, compiled by NVRTC once per device."""
+    cp = _cupy()
+    dev = cp.cuda.Device().id
+    key = (source, dev, options)
+    with _module_lock:
+        mod = _module_cache.get(key)
+        if mod is None:
+            with open(os.path.join(_KERNEL_DIR, source + ".cu")) as f:
+                code = f.read()
+            mod = cp.RawModule(code=code, options=options)
+            _module_cache[key] = mod
+    return mod.get_function(name)
+
+
+def current_stream(batch=None):
+    """The stream GPU work goes on: the batch's (pipeline stream) or CuPy's current one."""
+    if batch is not None and getattr(batch, "stream", None) is not None:
+        return batch.stream
+    return _cupy().cuda.get_current_stream()

@@ -1,0 +1,134 @@
+"""GPU implementations of operators whose CPU class lives elsewhere.
+
+``Operator.run_gpu`` falls back to :func:`lookup`: a GPU module registers a
+function ``impl(op, batch, inputs, arg_inputs) -> list[TensorListGPU]`` under
+the operator's schema name with :func:`register_gpu`; ``op`` is the operator
+instance, so the function reads the checked arguments from ``op.args``.
+
+Operators that declare a GPU placement but have no GPU function run through
+:func:`host_fallback` (copy down, the CPU implementation, copy up): correct,
+and slow, so every fallback is counted in :data:`FALLBACKS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+_GPU_IMPLS: dict[str, Callable] = {}
+FALLBACKS: Counter = Counter()
+
+# The modules that register GPU functions (imported by load_gpu_impls).
+GPU_MODULES = (
+    "stoker.operators.image.gpu_resize",
+    "stoker.operators.image.gpu_crop_mirror_normalize",
+    "stoker.operators.image.gpu_crop_flip",
+    "stoker.operators.tensor.gpu_cast",
+    "stoker.operators.decoders.mixed",
+)
+
+_loaded = False
+
+
+def register_gpu(name: str, devices: tuple[str, ...] = ("gpu",)):
+    """Decorator: ``fn`` is the GPU implementation of operator ``name`` (placed on ``devices``)."""
+
+    def deco(fn):
+        _GPU_IMPLS[name] = fn
+        fn.stoker_devices = devices
+        return fn
+
+    return deco
+
+
+def load_gpu_impls() -> None:
+    """Import the GPU modules and add their placements to the operators' schemas."""
+    global _loaded
+    import importlib
+
+    from stoker.operators.schema import _REGISTRY
+
+    if not _loaded:
+        _loaded = True
+        for mod in GPU_MODULES:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError as e:
+                if e.name != mod:
+                    raise
+    for name, fn in _GPU_IMPLS.items():
+        cls = _REGISTRY.get(name)
+        if cls is None:
+            continue
+        missing = tuple(d for d in fn.stoker_devices if d not in cls.schema.devices)
+        if missing:
+            cls.schema.devices = tuple(cls.schema.devices) + missing
+
+
+def lookup(name: str) -> Callable | None:
+    load_gpu_impls()
+    return _GPU_IMPLS.get(name)
+
+
+def host_fallback(op, batch, inputs, arg_inputs) -> list:
+    """Run ``op`` on the host for a GPU batch: download, ``run_cpu``, upload."""
+    from stoker.operators.transfer import upload_batch
+    from stoker.tensors_gpu import TensorListGPU
+
+    FALLBACKS[op.schema.name] += 1
+    if batch.stream is not None:
+        batch.stream.synchronize()
+    host_inputs = [x.as_cpu() if isinstance(x, TensorListGPU) else x for x in inputs]
+    outs = op.run_cpu(batch, host_inputs, arg_inputs)
+    return [upload_batch(o, batch) for o in outs]
+
+
+def run_gpu(op, batch, inputs, arg_inputs) -> list:
+    """What ``Operator.run_gpu`` does when a class does not override it."""
+    impl = lookup(op.schema.name)
+    if impl is not None:
+        return impl(op, batch, inputs, arg_inputs)
+    if type(op).run_sample is not _base_run_sample() or type(op).run_cpu is not _base_run_cpu():
+        return host_fallback(op, batch, inputs, arg_inputs)
+    raise NotImplementedError(f"{op.schema.name} has no GPU implementation")
+
+
+def _base_run_sample():
+    from stoker.operators.base import Operator
+
+    return Operator.run_sample
+
+
+def _base_run_cpu():
+    from stoker.operators.base import Operator
+
+    return Operator.run_cpu
+
+
+# --- helpers for GPU modules ---------------------------------------------------
+
+def upload_table(table, batch):
+    """A small host table (NumPy) on the device, copied asynchronously on the batch's stream."""
+    from stoker.backend.cuda import current_stream
+    from stoker.operators.transfer import _ring
+
+    return _ring(batch).upload(table, current_stream(batch))
+
+
+def sample_geometry(arr):
+    """(pointer, row stride in bytes, H, W, C) of an HWC (or HW) CuPy sample."""
+    if arr.ndim == 2:
+        h, w = arr.shape
+        c = 1
+    else:
+        h, w, c = arr.shape
+    if arr.ndim == 3 and (arr.strides[2] != arr.itemsize or arr.strides[1] != c * arr.itemsize):
+        raise ValueError("GPU image kernels need samples whose pixels are contiguous (HWC, no channel stride)")
+    return arr.data.ptr, arr.strides[0], h, w, c
+
+
+def grid_for(max_pixels: int, n: int, block: int = 256):
+    return ((max(1, max_pixels) + block - 1) // block, n, 1), (block, 1, 1)
+
+
+load_gpu_impls()  # this module is imported last by stoker.operators.load_all

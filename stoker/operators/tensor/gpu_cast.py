@@ -1,0 +1,35 @@
+"""GPU ``cast``: one elementwise launch for a dense batch (rounding and saturation like the CPU cast)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.operators.gpu_registry import register_gpu
+
+
+def cast_array(x, dtype):
+    """``x`` (CuPy) converted to ``dtype``: floats round to nearest and saturate into integer types."""
+    from stoker.backend import cuda
+
+    cp = cuda._cupy()
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and x.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        return cp.clip(cp.rint(x), info.min, info.max).astype(dtype)
+    if dtype.kind in "iu" and x.dtype.kind in "iu" and not np.can_cast(x.dtype, dtype):
+        info = np.iinfo(dtype)
+        return cp.clip(x, info.min, info.max).astype(dtype)
+    return x.astype(dtype)
+
+
+@register_gpu("cast")
+def gpu_cast(op, batch, inputs, arg_inputs):
+    """``fn.cast`` on GPU batches."""
+    from stoker.tensors_gpu import TensorListGPU
+
+    x = inputs[0]
+    dtype = op.args.get("dtype")
+    dense = x.dense()
+    if dense is not None:
+        return [TensorListGPU(cast_array(dense, dtype), x.layout(), x.source_info())]
+    return [TensorListGPU([cast_array(s, dtype) for s in x.samples()], x.layout(), x.source_info())]

@@ -1,0 +1,83 @@
+"""Moving batches between host and device: ``_to_gpu`` (``.gpu()``) and ``_to_cpu`` (``.cpu()``).
+
+``_to_gpu`` runs in the GPU stage ("mixed"): the host samples are packed into
+one pinned staging buffer and copied with a single asynchronous copy on the
+pipeline's stream. A dense batch lands as one contiguous ``(N, ...)`` device
+array; a ragged one as views into one device buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.operators.base import BatchContext, Operator
+from stoker.operators.schema import Schema, register
+
+
+def upload_batch(host, batch: BatchContext):
+    """A ``TensorListCPU`` copied to the device on ``batch.stream``, through pinned staging."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    cp = cuda._cupy()
+    stream = cuda.current_stream(batch)
+    ring = _ring(batch)
+    samples = [np.ascontiguousarray(s) for s in host.samples()]
+    sources = host.source_info()
+    if not samples:
+        return TensorListGPU([], host.layout(), sources)
+    if len({s.shape for s in samples}) == 1:
+        dense = ring.upload(np.stack(samples) if len(samples) > 1 else samples[0][None], stream)
+        return TensorListGPU(dense, host.layout(), sources)
+    buf, offsets = ring.upload_many(samples, stream)
+    views = []
+    for s, off in zip(samples, offsets):
+        flat = buf[off:off + s.nbytes].view(s.dtype) if s.nbytes else cp.empty(0, s.dtype)
+        views.append(flat.reshape(s.shape))
+    return TensorListGPU(views, host.layout(), sources, keep_alive=buf)
+
+
+_rings: dict = {}
+
+
+def _ring(batch: BatchContext):
+    from stoker.backend.cuda import PinnedRing
+
+    dev = batch.device_id or 0
+    ring = _rings.get(dev)
+    if ring is None:
+        ring = _rings[dev] = PinnedRing(dev, slots=8)
+    return ring
+
+
+@register
+class ToGpu(Operator):
+    """Copies a host batch to the GPU (what ``DataNode.gpu()`` records)."""
+
+    schema = Schema(name="_to_gpu", doc="Copies a CPU batch to the GPU.", devices=("mixed", "gpu"))
+
+    def run_gpu(self, batch, inputs, arg_inputs):
+        from stoker.tensors_gpu import TensorListGPU
+
+        x = inputs[0]
+        if isinstance(x, TensorListGPU):
+            return [x]
+        return [upload_batch(x, batch)]
+
+
+@register
+class ToCpu(Operator):
+    """Copies a GPU batch back to the host (what ``DataNode.cpu()`` records)."""
+
+    schema = Schema(name="_to_cpu", doc="Copies a GPU batch to the CPU.", devices=("cpu",))
+
+    def run_gpu(self, batch, inputs, arg_inputs):
+        x = inputs[0]
+        if not hasattr(x, "as_cpu"):
+            return [x]
+        if batch.stream is not None:
+            batch.stream.synchronize()
+        return [x.as_cpu()]
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        return [inputs[0].as_cpu() if hasattr(inputs[0], "as_cpu") else inputs[0]]

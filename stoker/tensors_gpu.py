@@ -1,0 +1,288 @@
+"""Device tensors and batches: ``TensorGPU`` and ``TensorListGPU`` (CuPy-backed).
+
+A dense batch (all samples one shape) is one contiguous CuPy array ``(N, ...)``
+whose per-sample entries are views, so ``as_tensor()`` and DLPack hand it to a
+framework with no copy. A ragged batch is a list of CuPy arrays (possibly
+views into one buffer, or buffers owned by a decoder; ``keep_alive`` holds
+those owners).
+
+Ordering: work producing a batch runs on the pipeline's stream. The pipeline
+calls :meth:`TensorListGPU.set_ready_event` with an event recorded after it;
+``__dlpack__(stream=s)`` makes the consumer's stream ``s`` wait on that event
+(no host block), while host-side accessors (``as_cpu``, ``at``,
+``__cuda_array_interface__``) wait for it on the host first.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from stoker import types
+from stoker.backend.cuda import _cupy
+from stoker.tensors import TensorCPU, TensorListCPU
+
+
+def _release_after(consumer_handle: int, producer) -> None:
+    """The consumer dropped an exported batch: order the producer's later work after the consumer's."""
+    cp = _cupy()
+    try:
+        ev = cp.cuda.Event(disable_timing=True)
+        cp.cuda.runtime.eventRecord(ev.ptr, consumer_handle)
+        producer.wait_event(ev)
+    except Exception:  # noqa: BLE001 - at interpreter exit the streams may be gone
+        pass
+
+
+def _wait_stream(ev, stream_handle) -> None:
+    """Make the stream with raw handle ``stream_handle`` wait for ``ev`` (device side)."""
+    cp = _cupy()
+    cp.cuda.runtime.streamWaitEvent(int(stream_handle), ev.ptr)
+
+
+class TensorGPU:
+    """One device sample (or a dense batch from ``as_tensor``): a CuPy array with a layout."""
+
+    __slots__ = ("_array", "_layout", "_source_info", "_event", "_owner")
+
+    def __init__(self, array, layout: str = "", source_info: str = "", event=None, owner=None):
+        self._array = _cupy().asarray(array)
+        self._layout = layout or ""
+        self._source_info = source_info or ""
+        self._event = event
+        self._owner = owner
+
+    def _ready_on_host(self):
+        if self._event is not None:
+            self._event.synchronize()
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def layout(self) -> str:
+        return self._layout
+
+    def source_info(self) -> str:
+        return self._source_info
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        return types.to_dali_type(np.dtype(self._array.dtype))
+
+    def as_cpu(self) -> TensorCPU:
+        self._ready_on_host()
+        return TensorCPU(self._array.get(), self._layout, self._source_info)
+
+    def as_array(self):
+        """The CuPy array (waits on the host until its producer is done)."""
+        self._ready_on_host()
+        return self._array
+
+    def data_ptr(self) -> int:
+        return self._array.data.ptr
+
+    def copy_to_external(self, dst, cuda_stream=None, non_blocking=False) -> None:
+        cp = _cupy()
+        self._ready_on_host()
+        cp.asarray(dst)[...] = self._array
+
+    @property
+    def __cuda_array_interface__(self):
+        self._ready_on_host()
+        return self._array.__cuda_array_interface__
+
+    def __dlpack__(self, stream=None, **kwargs):
+        consumer = None if stream is None or stream == -1 else (0 if stream == 1 else int(stream))
+        if self._event is not None:
+            if consumer is None:
+                self._event.synchronize()
+            else:
+                _wait_stream(self._event, consumer)
+        # A fresh view is exported: when the consumer lets go of it, the producer stream is
+        # made to wait for the consumer's queued work before the memory can be reused.
+        view = self._array.view()
+        producer = getattr(self._owner, "_stream", None)
+        if consumer is not None and producer is not None:
+            weakref.finalize(view, _release_after, consumer, producer)
+        try:
+            # Ordering is handled above, so CuPy is told not to synchronize again.
+            return view.__dlpack__(stream=-1, **kwargs)
+        except (TypeError, ValueError):
+            return view.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"TensorGPU(shape={self.shape()}, dtype={self.dtype!r}, layout={self._layout!r})"
+
+
+class TensorListGPU:
+    """A batch of device samples (DALI's ``TensorListGPU``).
+
+    Args:
+        data: a CuPy array with a leading batch axis (dense), a list of CuPy
+            arrays, or a ``TensorListCPU`` / list of NumPy arrays (copied).
+        layout: per-sample layout, e.g. "HWC".
+        source_info: per-sample source descriptions (file paths).
+        keep_alive: objects that own the memory behind the samples.
+    """
+
+    def __init__(self, data, layout: str = "", source_info: Sequence[str] | None = None,
+                 keep_alive=None):
+        cp = _cupy()
+        self._dense = None
+        if isinstance(data, TensorListGPU):
+            self._dense, self._samples = data._dense, list(data._samples)
+            layout = layout or data._layout
+            source_info = source_info or data._source_info
+            keep_alive = keep_alive or data._keep_alive
+        elif isinstance(data, TensorListCPU):
+            layout = layout or data.layout()
+            source_info = source_info or data.source_info()
+            self._samples = [cp.asarray(s) for s in data.samples()]
+        elif isinstance(data, cp.ndarray):
+            if data.ndim == 0:
+                raise ValueError("TensorListGPU: a dense input needs a leading batch dimension")
+            self._dense = data
+            self._samples = [data[i] for i in range(data.shape[0])]
+        else:
+            self._samples = [cp.asarray(x) for x in data]
+        self._layout = layout or ""
+        n = len(self._samples)
+        self._source_info = list(source_info) if source_info is not None else [""] * n
+        if len(self._source_info) < n:
+            self._source_info += [""] * (n - len(self._source_info))
+        self._keep_alive = keep_alive
+        self._event = None
+        # The stream the samples were made on (their memory is reused in this stream's order).
+        self._stream = cp.cuda.get_current_stream()
+        if self._samples:
+            ndims = {s.ndim for s in self._samples}
+            dtypes = {s.dtype for s in self._samples}
+            if len(ndims) > 1:
+                raise ValueError(f"TensorListGPU: samples differ in number of dimensions {sorted(ndims)}")
+            if len(dtypes) > 1:
+                raise TypeError(f"TensorListGPU: samples differ in dtype {sorted(map(str, dtypes))}")
+
+    # --- ordering ------------------------------------------------------------
+    def set_ready_event(self, event) -> None:
+        """Record that the batch is complete once ``event`` (a CuPy Event) has happened."""
+        self._event = event
+
+    def ready_event(self):
+        return self._event
+
+    def _ready_on_host(self):
+        if self._event is not None:
+            self._event.synchronize()
+
+    # --- DALI API --------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getitem__(self, i: int) -> TensorGPU:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample index {i} out of range for a batch of {len(self)}")
+        return TensorGPU(self._samples[i], self._layout, self._source_info[i], self._event, self)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def at(self, i: int):
+        """Sample ``i`` as a CuPy array (waits on the host for the producer)."""
+        self._ready_on_host()
+        return self._samples[i]
+
+    def samples(self) -> list:
+        """The per-sample CuPy arrays (no copy, no wait: for work on the pipeline's stream)."""
+        return self._samples
+
+    def dense(self):
+        """The contiguous ``(N, ...)`` array when the batch has one, else None (no wait)."""
+        return self._dense
+
+    def is_dense_tensor(self) -> bool:
+        return len({s.shape for s in self._samples}) <= 1
+
+    def as_tensor(self) -> TensorGPU:
+        """The batch as one ``(N, ...)`` device tensor (no copy when it is stored dense)."""
+        cp = _cupy()
+        if not self.is_dense_tensor():
+            shapes = ", ".join(str(s) for s in self.shape()[:4])
+            raise ValueError(f"as_tensor: the samples differ in shape ({shapes}, ...); use at(i) per sample")
+        if self._dense is None:
+            self._dense = cp.stack(self._samples) if self._samples else cp.zeros((0,), cp.uint8)
+            self._samples = [self._dense[i] for i in range(len(self._samples))]
+        layout = "N" + self._layout if self._layout else ""
+        return TensorGPU(self._dense, layout, "", self._event, self)
+
+    def as_cpu(self) -> TensorListCPU:
+        """Copy the batch to the host (one copy when dense)."""
+        self._ready_on_host()
+        if self._dense is not None:
+            host = self._dense.get()
+            samples = list(host)
+        else:
+            samples = [s.get() for s in self._samples]
+        return TensorListCPU(samples, self._layout, self._source_info)
+
+    def as_reshaped_tensor(self, shape) -> TensorGPU:
+        cp = _cupy()
+        flat = cp.concatenate([s.reshape(-1) for s in self._samples])
+        return TensorGPU(flat.reshape(shape), "", "", self._event)
+
+    def shape(self) -> list[tuple[int, ...]]:
+        return [tuple(s.shape) for s in self._samples]
+
+    def layout(self) -> str:
+        return self._layout
+
+    def source_info(self, i: int | None = None):
+        return self._source_info if i is None else self._source_info[i]
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        if not self._samples:
+            return types.NO_TYPE
+        return types.to_dali_type(np.dtype(self._samples[0].dtype))
+
+    @property
+    def ndim(self) -> int:
+        return self._samples[0].ndim if self._samples else 0
+
+    def data_ptr(self) -> int:
+        if self._dense is not None:
+            return self._dense.data.ptr
+        return self._samples[0].data.ptr if self._samples else 0
+
+    def copy_to_external(self, dst, cuda_stream=None, non_blocking=False) -> None:
+        self.as_tensor().copy_to_external(dst)
+
+    # --- interop -----------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self):
+        return self.as_tensor().__cuda_array_interface__
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.as_tensor().__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self):
+        return (2, self._samples[0].device.id if self._samples else 0)  # kDLCUDA
+
+    def __repr__(self) -> str:
+        if self.is_dense_tensor() and self._samples:
+            shape = f"[{len(self)}, {', '.join(map(str, self._samples[0].shape))}]"
+        else:
+            shape = "[" + ", ".join(str(s) for s in self.shape()[:4]) + (", ...]" if len(self) > 4 else "]")
+        return (f"TensorListGPU(num_samples={len(self)}, dtype={self.dtype!r}, layout={self._layout!r}, "
+                f"shape={shape})")
+
+    __str__ = __repr__
+
+
+def dense_or_none(tl: TensorListGPU):
+    """The dense (N, ...) array of a batch, or None when ragged."""
+    return tl.dense()

@@ -1,0 +1,103 @@
+"""Mixed decoding (nvImageCodec + CPU threads) against OpenCV's CPU decode.
+
+Tolerance: nvJPEG and libjpeg-turbo differ in IDCT and chroma upsampling, so
+pixels agree on average within 2 levels and 99% of them within 12 levels;
+formats that go through the CPU path (PNG) are exact.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _op(cpu_share, **args):
+    from stoker.operators.base import Operator
+
+    op = SimpleNamespace(args={"output_type": None, **args}, op_seed=7, instance_name="decoders.image",
+                         origin="test")
+    op.sample_args = lambda arg_inputs, i: op.args
+    pytest.importorskip("nvidia.nvimgcodec")
+    from stoker.operators.decoders import mixed
+
+    op._mixed_state = mixed._State(0)
+    op._mixed_state.cpu_share = cpu_share
+    assert Operator  # the stub mirrors the attributes the decoder reads
+    return op
+
+
+def _encode(make_images, n=8):
+    imgs = make_images(n, 40, 200)
+    enc = []
+    for k, im in enumerate(imgs):
+        bgr = cv2.cvtColor(im, cv2.COLOR_RGB2BGR)
+        if k == n - 1:
+            ok, buf = cv2.imencode(".png", bgr)
+        else:
+            params = [cv2.IMWRITE_JPEG_QUALITY, 92]
+            if k % 3 == 1:
+                params += [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444]
+            ok, buf = cv2.imencode(".jpg", bgr, params)
+        assert ok
+        enc.append(buf.reshape(-1))
+    return enc
+
+
+def _ref(buf):
+    return cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+def _run(op, kind, enc, batch_ctx):
+    from stoker.operators.decoders.mixed import mixed_decode
+    from stoker.tensors import TensorListCPU
+
+    with ThreadPoolExecutor(4) as pool:
+        batch_ctx.pool = pool
+        batch_ctx.sources = [f"s{i}" for i in range(len(enc))]
+        out = mixed_decode(op, kind, batch_ctx, [TensorListCPU(enc)], {})[0]
+        batch_ctx.stream.synchronize()
+        return [np.asarray(s.get()) for s in out.samples()], out
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_full_decode_close_to_opencv(share, batch_ctx, make_images):
+    enc = _encode(make_images)
+    got, tl = _run(_op(share), "image", enc, batch_ctx)
+    assert tl.layout() == "HWC" and tl.source_info() == [f"s{i}" for i in range(len(enc))]
+    for k, (g, buf) in enumerate(zip(got, enc)):
+        want = _ref(buf)
+        assert g.shape == want.shape and g.dtype == np.uint8
+        d = np.abs(g.astype(int) - want)
+        if k == len(enc) - 1:  # PNG: CPU path, exact
+            assert d.max() == 0
+        else:
+            assert d.mean() < 2 and np.percentile(d, 99) <= 12
+
+
+def test_random_crop_roi_matches_full_decode_cropped(batch_ctx, make_images):
+    from stoker.operators.base import SampleContext
+    from stoker.operators.random.crop_window import sample_crop_window
+
+    enc = _encode(make_images)
+    op = _op(0.0)
+    got, _ = _run(op, "image_random_crop", enc, batch_ctx)
+    for i, (g, buf) in enumerate(zip(got, enc)):
+        full = _ref(buf)
+        rng = SampleContext(i, 0, op.op_seed, f"s{i}").rng
+        y, x, h, w = sample_crop_window(rng, full.shape[0], full.shape[1])
+        want = full[y:y + h, x:x + w]
+        assert g.shape == want.shape
+        assert np.abs(g.astype(int) - want).mean() < 2.5
+
+
+def test_corrupt_sample_names_its_source(batch_ctx, make_images):
+    from stoker.errors import OperatorError
+
+    enc = _encode(make_images, 3)
+    enc[1] = np.frombuffer(b"\xff\xd8\xff\xe0 definitely not a jpeg", np.uint8)
+    with pytest.raises(OperatorError, match="s1"):
+        _run(_op(0.0), "image", enc, batch_ctx)
