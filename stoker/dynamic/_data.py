@@ -25,22 +25,31 @@ def _gpu_unavailable(what: str) -> RuntimeError:
 
 
 def _gpu_list_class():
-    import stoker.tensors as tensors
+    from stoker.backend import cuda
 
-    cls = getattr(tensors, "TensorListGPU", None)
-    if cls is None:
+    if cuda.unavailable_reason(0):
         raise _gpu_unavailable(".gpu()")
-    return cls
+    try:
+        from stoker.tensors_gpu import TensorListGPU
+    except ImportError:
+        raise _gpu_unavailable(".gpu()") from None
+    return TensorListGPU
 
 
 def _is_gpu_object(x) -> bool:
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    dev = getattr(x, "__dlpack_device__", None)
-    try:
-        return dev is not None and dev()[0] in (2, 3, 13)
-    except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
+    """Whether ``x`` lives on a GPU, asked without touching properties that may compute (or fail)."""
+    if isinstance(x, (np.ndarray, TensorCPU, TensorListCPU)):
         return False
+    if hasattr(type(x), "__dlpack_device__"):
+        try:
+            return x.__dlpack_device__()[0] in (2, 3, 13)
+        except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
+            pass
+    try:
+        _ = x.__cuda_array_interface__
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def _to_torch(arr):

@@ -350,6 +350,29 @@ class Pipeline:
                 f.write(text)
         return text
 
+    def restore_checkpoint(self, checkpoint) -> None:
+        """Move a built pipeline to ``checkpoint`` (from :meth:`checkpoint`); scheduled work is discarded.
+
+        The in-place counterpart of ``Pipeline(..., checkpoint=...)``, used by the framework
+        iterators' ``load_state_dict``.
+        """
+        state = json.loads(checkpoint) if isinstance(checkpoint, (str, bytes)) else dict(checkpoint)
+        self.build()
+        self._executor.drain()
+        self._graph.set_source_state(state)
+        self._iteration = int(state.get("iteration", 0))
+        self._checkpoint = self._last_state = state
+        self._first_iter = True
+
+    @property
+    def is_restored_from_checkpoint(self) -> bool:
+        """Whether the pipeline started from a checkpoint."""
+        return self._checkpoint is not None
+
+    def empty(self) -> bool:
+        """True when no scheduled iteration is waiting to be consumed."""
+        return self._executor is None or self._executor.pending == 0
+
     # --- teardown --------------------------------------------------------
     def close(self) -> None:
         """Stop worker threads and release resources (also done at garbage collection)."""

@@ -39,10 +39,19 @@ def _torch():
 
 
 def _is_gpu(x) -> bool:
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    dev = getattr(x, "__dlpack_device__", None)
-    return dev is not None and dev()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+    """Whether ``x`` lives on a GPU, asked without touching properties that may compute (or fail)."""
+    if isinstance(x, np.ndarray):
+        return False
+    if hasattr(type(x), "__dlpack_device__"):
+        try:
+            return x.__dlpack_device__()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
+            pass
+    try:
+        _ = x.__cuda_array_interface__
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def _device_index(x, default) -> int | None:
