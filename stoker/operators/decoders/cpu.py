@@ -1,0 +1,293 @@
+"""CPU image decoding: bytes in, an HWC array in the requested colour space and type out.
+
+:func:`decode_cpu` is the one entry point; the decoder operators call it on
+their thread pool and the GPU decoders fall back to it for formats the GPU
+cannot decode. OpenCV decodes every format (it releases the GIL, and
+libjpeg-turbo inside it is SIMD-accelerated); Pillow is the fallback for the
+rare files that OpenCV rejects but Pillow reads.
+
+Pipeline of one decode:
+
+1. detect the format from the magic bytes and read the header (EXIF
+   orientation, stored channels) without decoding;
+2. decode to a "native" array: channels in RGB order (1 gray, 2 gray+alpha,
+   3 RGB, 4 RGBA; palettes expanded; CMYK converted to RGB), uint8 or uint16;
+3. apply the EXIF orientation (as a NumPy view, no copy);
+4. cut the region of interest, in the coordinates of the oriented image (a
+   view). libjpeg-turbo's partial decoding is not reachable through OpenCV or
+   any pip-installable binding without a system ``libturbojpeg``, so the whole
+   image is decoded and then cropped;
+5. convert to the output colour space and data type (the only copy).
+
+Colour conversions follow DALI: GRAY is ITU-R BT.601 luma
+(0.299 R + 0.587 G + 0.114 B); YCbCr is BT.601 "studio range" (Y in [16, 235],
+Cb/Cr in [16, 240]); ANY_DATA keeps the stored channels (gray stays 1 channel,
+RGBA keeps alpha). Data types are converted to the target's dynamic range:
+float in [0, 1], uint16 = uint8 * 257, 16-bit sources to uint8 by rounding
+value / 257.
+"""
+
+from __future__ import annotations
+
+import io
+
+import cv2
+import numpy as np
+
+from stoker import types
+from stoker.operators.decoders import formats
+from stoker.operators.decoders.formats import ImageFormatError, ImageInfo
+
+__all__ = ["ImageDecodeError", "decode_cpu", "orient", "convert_color", "convert_dtype", "read_info"]
+
+read_info = formats.read_info
+
+_IGNORE = cv2.IMREAD_IGNORE_ORIENTATION
+
+
+class ImageDecodeError(ValueError):
+    """The image could not be decoded (corrupt, truncated or unsupported data)."""
+
+
+def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: bool = True,
+               roi: tuple[int, int, int, int] | None = None, roi_fn=None) -> np.ndarray:
+    """Decode one encoded image to an HWC array.
+
+    Args:
+        data: the encoded file (1D uint8 array, bytes or memoryview).
+        output_type: a ``types.DALIImageType`` (RGB, BGR, GRAY, YCbCr, ANY_DATA).
+        dtype: output element type (NumPy dtype); values are scaled to its range.
+        adjust_orientation: apply the EXIF orientation.
+        roi: ``(y, x, h, w)`` window of the (oriented) image to return.
+        roi_fn: instead of ``roi``, a function of the oriented ``(height, width)``
+            that returns the window (used by the random-crop decoder).
+
+    Returns:
+        ``(H, W, C)`` array of ``dtype``, C-contiguous.
+
+    Raises:
+        ImageDecodeError: the data is not a decodable image, or the window does
+            not fit in it.
+    """
+    buf = _as_uint8(data)
+    output_type = types.DALIImageType(output_type)
+    try:
+        info = _decode_info(buf)
+    except ImageFormatError as e:
+        raise ImageDecodeError(str(e)) from None
+    img, order = _decode_native(buf, info, output_type)
+    if info.orientation != 1:
+        # OpenCV's and Pillow's TIFF readers apply the orientation tag whatever they are told.
+        pre_oriented = info.format == formats.TIFF
+        if adjust_orientation and not pre_oriented:
+            img = orient(img, info.orientation)
+        elif not adjust_orientation and pre_oriented:
+            img = orient(img, _INVERSE_ORIENTATION[info.orientation])
+    if roi_fn is not None:
+        roi = roi_fn(img.shape[0], img.shape[1])
+    if roi is not None:
+        img = crop_view(img, roi)
+    if order == "BGR":  # decoded straight to BGR for a BGR output
+        return convert_dtype(np.ascontiguousarray(img), dtype)
+    out = convert_color(img, output_type)
+    return convert_dtype(np.ascontiguousarray(out), dtype)
+
+
+def crop_view(img: np.ndarray, roi) -> np.ndarray:
+    """``img[y:y+h, x:x+w]`` after checking that the window lies inside the image."""
+    y, x, h, w = (int(v) for v in roi)
+    H, W = img.shape[:2]
+    if y < 0 or x < 0 or h < 0 or w < 0 or y + h > H or x + w > W:
+        raise ImageDecodeError(
+            f"the region of interest (y={y}, x={x}, h={h}, w={w}) does not fit in the {H}x{W} image")
+    return img[y:y + h, x:x + w]
+
+
+def _as_uint8(data) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8:
+            if data.dtype.itemsize != 1:
+                raise ImageDecodeError(f"expected encoded bytes (a 1D uint8 tensor), got dtype {data.dtype}")
+            data = data.view(np.uint8)
+        return data.reshape(-1)
+    return np.frombuffer(data, np.uint8)
+
+
+def _decode_info(buf: np.ndarray) -> ImageInfo:
+    """The header facts decoding needs (format, orientation, stored channels)."""
+    fmt = formats.detect_format(buf[:16].tobytes())
+    if fmt in (formats.JPEG, formats.PNG):
+        return formats.read_info(buf.tobytes() if fmt == formats.PNG else memoryview(buf))
+    if fmt == formats.TIFF:
+        return ImageInfo(fmt, 0, 0, 0, formats.exif_orientation(buf.tobytes()))
+    if fmt == formats.WEBP:
+        return ImageInfo(fmt, 0, 0, 0, formats._webp_orientation(memoryview(buf)))
+    return ImageInfo(fmt, 0, 0, 0)
+
+
+# --- decoding to the native array ----------------------------------------------
+
+def _decode_native(buf: np.ndarray, info: ImageInfo, output_type) -> tuple[np.ndarray, str]:
+    """Decode to (array HWC in RGB order, "RGB") or, for a direct BGR decode, (array, "BGR")."""
+    if info.format == formats.JPEG:
+        if info.channels == 1 or output_type == types.GRAY:
+            # libjpeg-turbo emits the luma plane directly: no colour conversion at all.
+            img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE | _IGNORE)
+            if img is not None:
+                return img[:, :, None], "RGB"
+        elif output_type == types.BGR:
+            img = cv2.imdecode(buf, cv2.IMREAD_COLOR_BGR | _IGNORE)
+            if img is not None:
+                return img, "BGR"
+        else:
+            img = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB | _IGNORE)
+            if img is not None:
+                return img, "RGB"
+        return _decode_pillow(buf, info), "RGB"
+
+    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | _IGNORE)
+    if img is None:
+        return _decode_pillow(buf, info), "RGB"
+    if img.ndim == 2:
+        img = img[:, :, None]
+    c = img.shape[2]
+    if c == 3:
+        img = img[:, :, ::-1]
+    elif c == 4:
+        if info.channels == 2:  # gray + alpha, expanded by OpenCV to BGRA
+            img = img[:, :, [0, 3]]
+        else:
+            img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
+    return _native_depth(img), "RGB"
+
+
+def _native_depth(img: np.ndarray) -> np.ndarray:
+    """Bring unusual sample types (float or 32-bit TIFFs, ...) to uint8/uint16."""
+    if img.dtype in (np.uint8, np.uint16):
+        return img
+    if img.dtype.kind == "f":
+        return np.rint(np.clip(img, 0.0, 1.0) * 65535.0).astype(np.uint16)
+    if img.dtype == np.int8:
+        return np.clip(img, 0, None).astype(np.uint8)
+    return np.clip(img, 0, 65535).astype(np.uint16)
+
+
+def _decode_pillow(buf: np.ndarray, info: ImageInfo) -> np.ndarray:
+    """Pillow fallback; raises ImageDecodeError with Pillow's reason when it fails too."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(buf.tobytes())) as im:
+            im.load()
+            mode = im.mode
+            if mode == "P":
+                im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+            elif mode == "PA":
+                im = im.convert("RGBA")
+            elif mode == "1":
+                im = im.convert("L")
+            elif mode in ("CMYK", "YCbCr", "LAB", "HSV", "RGBX"):
+                im = im.convert("RGB")
+            elif mode == "La":
+                im = im.convert("LA")
+            elif mode == "RGBa":
+                im = im.convert("RGBA")
+            arr = np.asarray(im)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ImageDecodeError(f"cannot decode {info.format.upper()} data: {e}") from None
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return _native_depth(arr)
+
+
+# --- orientation -----------------------------------------------------------------
+
+# Every EXIF orientation undoes itself except the two quarter turns, which undo each other.
+_INVERSE_ORIENTATION = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 8, 7: 7, 8: 6}
+
+def orient(img: np.ndarray, orientation: int) -> np.ndarray:
+    """Apply an EXIF orientation (1..8) to an HWC array, as a view."""
+    if orientation == 2:
+        return img[:, ::-1]
+    if orientation == 3:
+        return img[::-1, ::-1]
+    if orientation == 4:
+        return img[::-1]
+    t = img.transpose(1, 0, 2)
+    if orientation == 5:
+        return t
+    if orientation == 6:  # stored rotated 90 degrees counter-clockwise: turn it clockwise
+        return t[:, ::-1]
+    if orientation == 7:
+        return t[::-1, ::-1]
+    if orientation == 8:
+        return t[::-1]
+    return img
+
+
+# --- colour and type conversion ---------------------------------------------------
+
+_GRAY_W = np.array([0.299, 0.587, 0.114], np.float32)
+# BT.601 studio range, for values in [0, 1]: rows Y, Cb, Cr; last column is the offset.
+_YCBCR = np.array([[65.481, 128.553, 24.966, 16.0],
+                   [-37.797, -74.203, 112.0, 128.0],
+                   [112.0, -93.786, -18.214, 128.0]], np.float64) / 255.0
+
+
+def convert_color(img: np.ndarray, output_type) -> np.ndarray:
+    """Native HWC (RGB order, 1-4 channels) to ``output_type``; keeps the element type."""
+    c = img.shape[2]
+    if output_type == types.ANY_DATA:
+        return img
+    if output_type in (types.RGB, types.BGR):
+        if c <= 2:
+            return np.repeat(img[:, :, :1], 3, axis=2)
+        rgb = img[:, :, :3]
+        return rgb[:, :, ::-1] if output_type == types.BGR else rgb
+    if output_type == types.GRAY:
+        if c <= 2:
+            return img[:, :, :1]
+        return _gray(img[:, :, :3])
+    if output_type == types.YCbCr:
+        return _ycbcr(img)
+    raise ImageDecodeError(f"unsupported output_type {output_type!r}")
+
+
+def _gray(rgb: np.ndarray) -> np.ndarray:
+    src = np.ascontiguousarray(rgb)
+    return cv2.cvtColor(src, cv2.COLOR_RGB2GRAY)[:, :, None]
+
+
+def _ycbcr(img: np.ndarray) -> np.ndarray:
+    maxval = 65535.0 if img.dtype == np.uint16 else 255.0
+    m = _YCBCR.copy()
+    m[:, 3] *= maxval  # offsets in the source's scale
+    if img.shape[2] <= 2:  # gray: Cb = Cr = mid-range, Y from the luma weights' sum
+        g = img[:, :, 0].astype(np.float32)
+        y = g * np.float32(m[0, :3].sum()) + np.float32(m[0, 3])
+        out = np.empty(g.shape + (3,), np.float32)
+        out[:, :, 0] = y
+        out[:, :, 1:] = np.float32(128.0 / 255.0 * maxval)
+    else:
+        src = np.ascontiguousarray(img[:, :, :3]).astype(np.float32)
+        out = cv2.transform(src, m.astype(np.float32))
+    return np.clip(np.rint(out), 0, maxval).astype(img.dtype)
+
+
+def convert_dtype(img: np.ndarray, dtype) -> np.ndarray:
+    """Scale a uint8/uint16 image to the dynamic range of ``dtype`` (floats: [0, 1])."""
+    dtype = np.dtype(dtype)
+    if img.dtype == dtype:
+        return img
+    src_max = float(np.iinfo(img.dtype).max)
+    if dtype.kind == "f":
+        return (img.astype(np.float32) * np.float32(1.0 / src_max)).astype(dtype, copy=False)
+    if dtype.kind not in "iu":
+        raise ImageDecodeError(f"unsupported output dtype {dtype}")
+    dst_max = float(np.iinfo(dtype).max)
+    if img.dtype == np.uint8 and dtype == np.uint16:
+        return img.astype(np.uint16) * np.uint16(257)
+    scaled = np.rint(img.astype(np.float64) * (dst_max / src_max))
+    return np.clip(scaled, 0, dst_max).astype(dtype)

@@ -1,0 +1,307 @@
+"""Image decoders: ``decoders.image``, ``image_random_crop``, ``image_crop``,
+``image_slice`` and ``peek_image_shape``.
+
+The CPU path lives here (per sample, on the pipeline's thread pool, through
+:func:`stoker.operators.decoders.cpu.decode_cpu`); the "mixed" (GPU) path is
+a separate module that falls back to ``decode_cpu`` for formats the GPU
+cannot decode. Input: encoded files as 1D uint8 tensors (``readers.file``,
+``external_source``...). Output: HWC images, layout "HWC".
+
+A file that is not a decodable image (corrupt, truncated, unknown format)
+fails with a per-sample error whose message gives the reason; the executor
+adds the operator and the file's path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.decoders import roi as roi_mod
+from stoker.operators.decoders.cpu import ImageDecodeError, decode_cpu
+from stoker.operators.decoders.formats import ImageFormatError, read_info
+from stoker.operators.random.crop_window import sample_crop_window
+from stoker.operators.schema import Arg, Schema, register
+
+_GPU_ONLY = "only matters for device='mixed'; accepted and ignored on the CPU"
+
+# Arguments of every image decoder (DALI's names and defaults).
+DECODER_ARGS = (
+    Arg("output_type", "image_type", types.RGB,
+        doc="colour space: RGB, BGR, GRAY, YCbCr, or ANY_DATA (channels as stored)"),
+    Arg("dtype", "dtype", types.UINT8, doc="output type; values are scaled to its range (floats: [0, 1])"),
+    Arg("adjust_orientation", "bool", True, doc="apply the EXIF orientation"),
+    Arg("hw_decoder_load", "float", 0.65, doc="share of JPEGs sent to the hardware decoder; " + _GPU_ONLY),
+    Arg("preallocate_width_hint", "int", 0, doc=_GPU_ONLY),
+    Arg("preallocate_height_hint", "int", 0, doc=_GPU_ONLY),
+    Arg("use_fast_idct", "bool", False, doc="OpenCV offers no fast-IDCT switch; accepted and ignored on the CPU"),
+    Arg("jpeg_fancy_upsampling", "bool", False, doc=_GPU_ONLY),
+    Arg("affine", "bool", True, doc=_GPU_ONLY),
+    Arg("device_memory_padding", "int", 16 * 1024 * 1024, doc=_GPU_ONLY),
+    Arg("host_memory_padding", "int", 8 * 1024 * 1024, doc=_GPU_ONLY),
+    Arg("device_memory_padding_jpeg2k", "int", 0, doc=_GPU_ONLY),
+    Arg("host_memory_padding_jpeg2k", "int", 0, doc=_GPU_ONLY),
+    Arg("hybrid_huffman_threshold", "int", 1_000_000, doc=_GPU_ONLY),
+    Arg("split_stages", "bool", False, doc="deprecated in DALI; ignored"),
+    Arg("use_chunk_allocator", "bool", False, doc="deprecated in DALI; ignored"),
+    Arg("memory_stats", "bool", False, doc="ignored"),
+    Arg("num_threads", "int", None, doc="ignored: stoker uses the pipeline's thread pool"),
+)
+
+_DEVICES = ("cpu", "mixed")
+
+
+class _ImageDecoderBase(Operator):
+    """Shared argument handling and the per-sample decode with error reporting."""
+
+    def setup(self):
+        a = self.args
+        dtype = np.dtype(a["dtype"]) if a["dtype"] is not None else np.dtype(np.uint8)
+        if dtype.kind not in "uif" or dtype.itemsize > 8:
+            raise arg_error(self.schema.name, "dtype", f"{dtype} is not an image type; use UINT8, UINT16, "
+                            "INT16, FLOAT ...")
+        self.out_dtype = dtype
+        self.output_type = a["output_type"] if a["output_type"] is not None else types.RGB
+
+    def decode(self, data, args, roi=None, roi_fn=None) -> np.ndarray:
+        try:
+            return decode_cpu(data, self.output_type, self.out_dtype, bool(args["adjust_orientation"]),
+                              roi=roi, roi_fn=roi_fn)
+        except (ImageDecodeError, ImageFormatError) as e:
+            raise self.error(str(e)) from None
+
+    def output_layouts(self, input_layouts):
+        return ["HWC"]
+
+
+@register
+class ImageDecoder(_ImageDecoderBase):
+    """Decodes encoded images (JPEG, PNG, BMP, TIFF, WebP, JPEG 2000, PNM) to HWC arrays."""
+
+    schema = Schema(
+        name="decoders.image",
+        doc="Decodes images to HWC. Formats (found from the data, not the file name): JPEG, PNG, BMP, "
+            "TIFF, WebP, JPEG 2000, PNM. 16-bit PNG/TIFF are scaled to the output dtype; EXIF "
+            "orientation is applied unless adjust_orientation=False.",
+        args=list(DECODER_ARGS) + [
+            Arg("cache_size", "int", 0, doc="ignored"), Arg("cache_threshold", "int", 0, doc="ignored"),
+            Arg("cache_type", "str", "", doc="ignored"), Arg("cache_debug", "bool", False, doc="ignored"),
+            Arg("cache_batch_copy", "bool", True, doc="ignored")],
+        devices=_DEVICES,
+        legacy_name="ImageDecoder",
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        return self.decode(inputs[0], args)
+
+
+@register
+class ImageDecoderRandomCrop(_ImageDecoderBase):
+    """Decodes images and returns a random window (random area and aspect ratio)."""
+
+    schema = Schema(
+        name="decoders.image_random_crop",
+        doc="Decodes images and crops a random window whose area fraction is drawn from random_area and "
+            "aspect ratio (width / height, log-uniform) from random_aspect_ratio, as "
+            "fn.random_resized_crop does. On the CPU the whole image is decoded and then cropped: "
+            "libjpeg-turbo's partial decoding is not reachable through OpenCV, and the pip bindings "
+            "either lack cropping (simplejpeg) or need a system libturbojpeg (PyTurboJPEG).",
+        args=list(DECODER_ARGS) + [
+            Arg("random_area", "float_list", [0.08, 1.0], doc="range of the window's area fraction"),
+            Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], doc="range of the window's width/height"),
+            Arg("num_attempts", "int", 10, doc="random windows tried before the fallback window")],
+        devices=_DEVICES,
+        random=True,
+        legacy_name="ImageDecoderRandomCrop",
+    )
+
+    def setup(self):
+        super().setup()
+        self.area = _range_arg(self, "random_area", positive=False)
+        self.aspect = _range_arg(self, "random_aspect_ratio", positive=True)
+        if self.area[0] < 0 or self.area[1] <= 0:
+            raise arg_error(self.schema.name, "random_area", f"{self.area} must lie in (0, 1]")
+        if self.args["num_attempts"] is not None and self.args["num_attempts"] < 1:
+            raise arg_error(self.schema.name, "num_attempts", "must be at least 1")
+
+    def run_sample(self, inputs, args, ctx):
+        attempts = int(self.args["num_attempts"] or 10)
+
+        def window(h, w):
+            return sample_crop_window(ctx.rng, h, w, self.area, self.aspect, attempts)
+
+        return self.decode(inputs[0], args, roi_fn=window)
+
+
+@register
+class ImageDecoderCrop(_ImageDecoderBase):
+    """Decodes images and returns a fixed-size window at a relative position."""
+
+    schema = Schema(
+        name="decoders.image_crop",
+        doc="Decodes images and crops a (crop_h, crop_w) window whose corner is at "
+            "crop_pos * (extent - size), as fn.crop does. The window must fit in the image.",
+        args=list(DECODER_ARGS) + [
+            Arg("crop", "float_list", None, tensor=True, doc="(crop_h, crop_w) window size"),
+            Arg("crop_h", "float", 0.0, tensor=True, doc="window height (with crop_w, instead of crop)"),
+            Arg("crop_w", "float", 0.0, tensor=True, doc="window width"),
+            Arg("crop_d", "float", 0.0, tensor=True, doc="volumetric only; must stay 0 for images"),
+            Arg("crop_pos_x", "float", 0.5, tensor=True, doc="horizontal position in [0, 1]"),
+            Arg("crop_pos_y", "float", 0.5, tensor=True, doc="vertical position in [0, 1]"),
+            Arg("crop_pos_z", "float", 0.5, tensor=True, doc="volumetric only; ignored"),
+            Arg("rounding", "str", "round", doc="'round' or 'truncate': how the corner is made whole")],
+        devices=_DEVICES,
+        legacy_name="ImageDecoderCrop",
+    )
+
+    def setup(self):
+        super().setup()
+        a = self.args
+        name = self.schema.name
+        if a["rounding"] not in ("round", "truncate"):
+            raise arg_error(name, "rounding", f"{a['rounding']!r}: use 'round' or 'truncate'")
+        has_hw = bool(a["crop_h"]) or bool(a["crop_w"])
+        if a["crop"] is not None and has_hw:
+            raise arg_error(name, "crop", "give either crop or crop_h/crop_w, not both")
+        if a["crop"] is None and not has_hw:
+            raise arg_error(name, "crop", "is required (or crop_h and crop_w)")
+
+    def run_sample(self, inputs, args, ctx):
+        if args.get("crop") is not None:
+            crop = np.asarray(args["crop"], np.float64).reshape(-1)
+            if crop.size == 1:
+                crop = np.repeat(crop, 2)
+            if crop.size != 2:
+                raise self.error(f"argument 'crop' needs (crop_h, crop_w), got {crop.tolist()}")
+            ch, cw = crop
+        else:
+            ch, cw = float(args["crop_h"] or 0), float(args["crop_w"] or 0)
+        px, py, rounding = float(args["crop_pos_x"]), float(args["crop_pos_y"]), self.args["rounding"]
+
+        def window(h, w):
+            try:
+                return roi_mod.crop_window(h, w, ch, cw, px, py, rounding)
+            except ValueError as e:
+                raise ImageDecodeError(str(e)) from None
+
+        return self.decode(inputs[0], args, roi_fn=window)
+
+
+@register
+class ImageDecoderSlice(_ImageDecoderBase):
+    """Decodes images and returns a slice given by anchor/shape inputs or named arguments."""
+
+    schema = Schema(
+        name="decoders.image_slice",
+        doc="Decodes images and extracts a slice, as fn.slice does: either positional inputs "
+            "(data, anchor, shape) or named arguments start/rel_start with end/rel_end/shape/rel_shape. "
+            "Coordinates follow axis_names (default 'WH', i.e. x first) or axes. The slice must fit.",
+        args=list(DECODER_ARGS) + [
+            Arg("start", "float_list", None, tensor=True, doc="absolute start coordinates"),
+            Arg("rel_start", "float_list", None, tensor=True, doc="relative start coordinates"),
+            Arg("end", "float_list", None, tensor=True, doc="absolute end coordinates"),
+            Arg("rel_end", "float_list", None, tensor=True, doc="relative end coordinates"),
+            Arg("shape", "float_list", None, tensor=True, doc="absolute slice shape"),
+            Arg("rel_shape", "float_list", None, tensor=True, doc="relative slice shape"),
+            Arg("axes", "int_list", None, doc="axis indices of the coordinates (DALI default [1, 0])"),
+            Arg("axis_names", "layout", None, doc="axis names of the coordinates (default 'WH')"),
+            Arg("normalized_anchor", "bool", True, doc="float anchor input is relative"),
+            Arg("normalized_shape", "bool", True, doc="float shape input is relative")],
+        inputs=(1, 3),
+        devices=_DEVICES,
+        legacy_name="ImageDecoderSlice",
+    )
+
+    def setup(self):
+        super().setup()
+        a = self.args
+        name = self.schema.name
+        if a["start"] is not None and a["rel_start"] is not None:
+            raise arg_error(name, "start", "start and rel_start are mutually exclusive")
+        ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if a[k] is not None]
+        if len(ends) > 1:
+            raise arg_error(name, ends[1], f"{', '.join(ends)} are mutually exclusive")
+        try:
+            self.axes = roi_mod.slice_axes(a["axes"], a["axis_names"])
+        except ValueError as e:
+            raise arg_error(name, "axis_names" if a["axis_names"] else "axes", str(e)) from None
+        self.named = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
+
+    def run_sample(self, inputs, args, ctx):
+        named = {k: args.get(k) for k in self.named if args.get(k) is not None}
+        if len(inputs) == 3:
+            if named:
+                raise self.error("named slice arguments (start, end, shape ...) cannot be combined with "
+                                 "the anchor and shape inputs")
+            anchor, shape = inputs[1], inputs[2]
+
+            def window(h, w):
+                try:
+                    return roi_mod.positional_slice_window(h, w, self.axes, anchor, shape,
+                                                           bool(self.args["normalized_anchor"]),
+                                                           bool(self.args["normalized_shape"]))
+                except ValueError as e:
+                    raise ImageDecodeError(str(e)) from None
+        elif len(inputs) == 1:
+            if not named:
+                raise self.error("give the slice as (data, anchor, shape) inputs or with start/end/shape "
+                                 "arguments")
+
+            def window(h, w):
+                try:
+                    return roi_mod.slice_window(h, w, self.axes, **named)
+                except ValueError as e:
+                    raise ImageDecodeError(str(e)) from None
+        else:
+            raise self.error("expected 1 input (with named slice arguments) or 3 (data, anchor, shape), "
+                             f"got {len(inputs)}")
+        return self.decode(inputs[0], args, roi_fn=window)
+
+
+@register
+class PeekImageShape(Operator):
+    """The (H, W, C) shape an image will have once decoded, read from its header."""
+
+    schema = Schema(
+        name="peek_image_shape",
+        doc="Returns the shape (H, W, C) that decoding would produce, from the file header only (no "
+            "decoding). C follows image_type: 3 for RGB/BGR/YCbCr, 1 for GRAY, stored channels for "
+            "ANY_DATA.",
+        args=[Arg("dtype", "dtype", types.INT64, doc="element type of the shape"),
+              Arg("adjust_orientation", "bool", True, doc="swap H and W when EXIF says the image is rotated"),
+              Arg("image_type", "image_type", types.RGB, doc="colour space the channel count refers to")],
+        devices=("cpu",),
+        legacy_name="PeekImageShape",
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        try:
+            info = read_info(memoryview(np.ascontiguousarray(inputs[0]).reshape(-1)))
+        except ImageFormatError as e:
+            raise self.error(str(e)) from None
+        h, w, c = info.shape(bool(self.args["adjust_orientation"]))
+        image_type = self.args["image_type"] if self.args["image_type"] is not None else types.RGB
+        if image_type == types.GRAY:
+            c = 1
+        elif image_type != types.ANY_DATA:
+            c = 3
+        return np.array([h, w, c], dtype=self.args["dtype"])
+
+    def output_layouts(self, input_layouts):
+        return [""]
+
+
+
+def _range_arg(op, name, positive):
+    v = op.args[name]
+    if v is None:
+        return None
+    if len(v) == 1:
+        v = [v[0], v[0]]
+    if len(v) != 2 or v[0] > v[1]:
+        raise arg_error(op.schema.name, name, f"{v} must be a (min, max) range with min <= max")
+    if positive and v[0] <= 0:
+        raise arg_error(op.schema.name, name, f"{v} must be positive")
+    return float(v[0]), float(v[1])
