@@ -137,17 +137,20 @@ def crop_window(in_size: Sequence[int], crop_size: Sequence[float], pos: Sequenc
 
 def rotated_size(height: int, width: int, angle_deg: float) -> tuple[int, int]:
     """Extent of the bounding box of an ``height`` x ``width`` image rotated by
-    ``angle_deg``, made to keep the parity of the input extents (so that the
-    centre stays on the same pixel grid)."""
+    ``angle_deg``, rounded up to the parity of the input extent that lies along
+    that output axis (H's and W's swap when the rotation is nearer a quarter
+    turn), so that the centre stays on the same pixel grid, as DALI does."""
     a = math.radians(angle_deg)
     c, s = abs(math.cos(a)), abs(math.sin(a))
     w = width * c + height * s
     h = width * s + height * c
+    if s >= c - 1e-7:  # nearer a quarter turn: output rows run along input columns
+        return _parity_ceil(h, width), _parity_ceil(w, height)
     return _parity_ceil(h, height), _parity_ceil(w, width)
 
 
 def _parity_ceil(x: float, like: int) -> int:
-    n = math.ceil(x - 1e-4)
+    n = math.ceil(x - 0.005)  # DALI tolerates a small excess before growing the canvas
     if (n - like) % 2:
         n += 1
     return max(n, 1)

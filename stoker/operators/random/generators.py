@@ -44,7 +44,6 @@ class Uniform(_Generator):
 
     schema = Schema(
         name="random.uniform",
-        legacy_name="random.Uniform",
         extra_legacy_names=("Uniform",),
         doc="Random values drawn uniformly from range [lo, hi) or from the discrete set values.",
         args=[Arg("range", "float_list", [-1.0, 1.0], tensor=True, doc="(lo, hi)"),
@@ -81,7 +80,6 @@ class Normal(_Generator):
 
     schema = Schema(
         name="random.normal",
-        legacy_name="random.Normal",
         extra_legacy_names=("NormalDistribution",),
         doc="Random values from a normal distribution.",
         args=[Arg("mean", "float", 0.0, tensor=True), Arg("stddev", "float", 1.0, tensor=True), _SHAPE,
@@ -109,7 +107,6 @@ class CoinFlip(_Generator):
 
     schema = Schema(
         name="random.coin_flip",
-        legacy_name="random.CoinFlip",
         extra_legacy_names=("CoinFlip",),
         doc="Random 0/1 values (Bernoulli); 1 with the given probability.",
         args=[Arg("probability", "float", 0.5, tensor=True), _SHAPE,
@@ -132,7 +129,6 @@ class Choice(_Generator):
 
     schema = Schema(
         name="random.choice",
-        legacy_name="random.Choice",
         doc="Random picks: from 0..n-1 when the input is a scalar n, else from the input's 1D values.",
         args=[Arg("p", "float_list", None, tensor=True, doc="probability of each choice (default: equal)"),
               _SHAPE],

@@ -1,0 +1,99 @@
+"""``rotate``: rotates images about their centre (OpenCV's warpAffine with DALI's geometry)."""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.image.crop import _LayoutAware
+from stoker.operators.image.geometry import rotated_size
+from stoker.operators.image.resample import to_dtype
+from stoker.operators.schema import Arg, Schema, register
+
+INTERP = types.DALIInterpType
+_CV_INTERP = {
+    INTERP.INTERP_NN: cv2.INTER_NEAREST,
+    INTERP.INTERP_LINEAR: cv2.INTER_LINEAR,
+    INTERP.INTERP_TRIANGULAR: cv2.INTER_LINEAR,
+    INTERP.INTERP_CUBIC: cv2.INTER_CUBIC,
+    INTERP.INTERP_LANCZOS3: cv2.INTER_LANCZOS4,
+    INTERP.INTERP_GAUSSIAN: cv2.INTER_LINEAR,
+}
+
+
+def rotation_matrix(angle_deg: float, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """2x3 matrix taking an output pixel (x, y) (OpenCV's integer-centre
+    convention) to its source position: the output centre maps to the input
+    centre, and a positive angle turns the image counter-clockwise as shown."""
+    a = math.radians(angle_deg)
+    c, s = math.cos(a), math.sin(a)
+    rot = np.array([[c, -s], [s, c]])
+    co = np.array([out_hw[1] / 2.0, out_hw[0] / 2.0])
+    ci = np.array([in_hw[1] / 2.0, in_hw[0] / 2.0])
+    offset = rot @ (0.5 - co) + ci - 0.5
+    return np.hstack([rot, offset[:, None]])
+
+
+@register
+class Rotate(_LayoutAware):
+    """Rotates each image by ``angle`` degrees (per-sample tensor allowed)."""
+
+    schema = Schema(
+        name="rotate",
+        legacy_name="Rotate",
+        doc="Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to "
+            "fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value "
+            "(or repeat the border when fill_value is not set).",
+        args=[Arg("angle", "float", None, tensor=True, doc="rotation in degrees (required)"),
+              Arg("axis", "float_list", None, tensor=True, doc="rotation axis (volumes only; not supported)"),
+              Arg("keep_size", "bool", False, doc="keep the input's size (corners are cut)"),
+              Arg("size", "float_list", None, tensor=True, doc="output (H, W)"),
+              Arg("fill_value", "float", None, doc="value of pixels outside the source"),
+              Arg("interp_type", "interp", INTERP.INTERP_LINEAR, doc="NN or LINEAR (others map to OpenCV's)"),
+              Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
+              Arg("output_dtype", "dtype", None, doc="deprecated name of dtype")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        if self.args["keep_size"] and self.args["size"] is not None:
+            raise arg_error("rotate", "keep_size", "cannot be combined with size")
+        self.dtype = self.args["dtype"] if self.args["dtype"] is not None else self.args["output_dtype"]
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        if img.ndim not in (2, 3) or (self._layout and self._layout not in ("HWC", "HW")):
+            raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {self._layout!r}")
+        angle = args.get("angle")
+        if angle is None:
+            raise self.error("argument 'angle' is required")
+        angle = float(angle)
+        h, w = img.shape[:2]
+        if args.get("size") is not None:
+            size = [int(round(float(v))) for v in np.asarray(args["size"]).reshape(-1)]
+            out_hw = (size[0], size[-1])
+        elif self.args["keep_size"]:
+            out_hw = (h, w)
+        else:
+            out_hw = rotated_size(h, w, angle)
+        m = rotation_matrix(angle, (h, w), out_hw)
+        fill = self.args["fill_value"]
+        border = cv2.BORDER_REPLICATE if fill is None else cv2.BORDER_CONSTANT
+        channels = img.shape[2] if img.ndim == 3 else 1
+        src = img if img.dtype in (np.uint8, np.uint16, np.int16, np.float32, np.float64) else img.astype(np.float32)
+        value = (float(fill or 0),) * min(channels, 4)
+        interp = _CV_INTERP[INTERP(int(self.args["interp_type"]))]
+        if channels <= 4:
+            out = cv2.warpAffine(src, m, (out_hw[1], out_hw[0]), flags=interp | cv2.WARP_INVERSE_MAP,
+                                 borderMode=border, borderValue=value)
+        else:
+            out = np.stack([cv2.warpAffine(np.ascontiguousarray(src[:, :, c]), m, (out_hw[1], out_hw[0]),
+                                           flags=interp | cv2.WARP_INVERSE_MAP, borderMode=border,
+                                           borderValue=value[:1]) for c in range(channels)], axis=2)
+        out = out.reshape(out_hw[0], out_hw[1], *img.shape[2:])
+        dtype = self.dtype if self.dtype is not None else img.dtype
+        return np.ascontiguousarray(out if out.dtype == dtype else to_dtype(out, dtype))
