@@ -142,8 +142,8 @@ class FileReader(Reader):
             shuffle_after_epoch=a["shuffle_after_epoch"], shuffle_after_epoch_seed=a["shuffle_after_epoch_seed"],
             batch_size=self._batch_size)
         if self._pending_state is not None:
-            self._order.set_state(self._pending_state)
-            self._pending_state = None
+            pending, self._pending_state = self._pending_state, None
+            self.set_state(pending)
         return self._order
 
     # --- Reader contract -------------------------------------------------------
@@ -189,5 +189,9 @@ class FileReader(Reader):
     def set_state(self, state: dict) -> None:
         if self._order is None:
             self._pending_state = dict(state)
-        else:
+            return
+        try:
             self._order.set_state(state)
+        except (KeyError, ValueError) as e:
+            raise PipelineBuildError(f"readers.file '{self.instance_name}': cannot restore the checkpoint: {e}") \
+                from None

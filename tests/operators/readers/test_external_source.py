@@ -298,3 +298,18 @@ def test_too_many_samples_and_build_errors():
 
         with pytest.raises(PipelineBuildError, match=f"external_source: argument '{arg}'"):
             p().build()
+
+
+def test_repeat_last_reuses_the_latest_fed_batch():
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1)
+    def p():
+        return fn.external_source(name="x", repeat_last=True)
+
+    pipe = p()
+    pipe.build()
+    with pytest.raises(StokerError, match="no data"):
+        pipe.run()
+    pipe.feed_input("x", [np.array([1])])
+    assert [int(pipe.run()[0].at(0)[0]) for _ in range(3)] == [1, 1, 1]
+    pipe.feed_input("x", [np.array([2])])
+    assert int(pipe.run()[0].at(0)[0]) == 2
