@@ -8,9 +8,13 @@ exactly as inside a pipeline, because it *is* the pipeline's reader operator::
         for jpegs, labels in reader.next_epoch(batch_size=64):
             images = ndd.decoders.image(jpegs)
 
-Each epoch reads this reader's shard once; the last batch holds what is left
-(or is padded by repeating the last sample when ``pad_last_batch=True``).
-Without ``batch_size`` the epoch yields single samples.
+As in DALI's dynamic mode an epoch is ``ceil(ceil(epoch_size / num_shards) /
+batch_size)`` full batches of the reader's endless stream: the last one
+finishes with the next epoch's first samples (or with repeats of the last
+sample when ``pad_last_batch=True``); shards rotate between epochs unless
+``stick_to_shard``. ``next_epoch(..., last_batch_policy=LastBatchPolicy.PARTIAL)``
+reads each shard exactly once instead. Without a batch size the epoch yields
+single samples.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class ReaderObject:
         self._batch_size = batch_size
         self._bound = False
         self._iteration = 0
-        self._open = None  # the generator of an epoch not yet read to its end
+        self._open = None  # samples left in an epoch not read to its end
 
     def _bind(self, batch_size: int) -> None:
         if self._bound:
@@ -82,7 +86,46 @@ class ReaderObject:
     def set_state(self, state: dict) -> None:
         self._op.set_state(state)
 
-    def _left_in_epoch(self) -> int:
+    def next_epoch(self, batch_size: int | None = None, ctx=None, *, last_batch_policy=None):
+        """An iterator over the next epoch: Batches (a tuple of them for several outputs), or single
+        samples (Tensors) when no batch size was given here or at construction.
+
+        As in DALI's dynamic mode, by default (``LastBatchPolicy.FILL``) an epoch is
+        ``ceil(ceil(epoch_size / num_shards) / batch_size)`` full batches of the reader's stream: the
+        last one finishes with the next epoch's first samples, or with repeats of the last sample
+        when ``pad_last_batch=True``. stoker extensions: ``last_batch_policy=LastBatchPolicy.PARTIAL``
+        reads the rest of the current shard exactly once (the last batch may be smaller);
+        ``DROP`` does the same but leaves out the incomplete batch.
+        """
+        from stoker.plugin.base_iterator import LastBatchPolicy
+
+        policy = LastBatchPolicy.FILL if last_batch_policy is None else last_batch_policy
+        if not isinstance(policy, LastBatchPolicy):
+            raise ValueError(f"next_epoch: last_batch_policy must be a LastBatchPolicy, got {policy!r}")
+        size = batch_size or self._batch_size
+        batched = size is not None
+        size = size or 1
+        self._bind(size)
+        if self._open is not None:
+            # DALI requires an epoch to be read to its end before the next one; stoker skips the rest.
+            self._op.next_refs(self._open)
+            self._open = None
+        if policy == LastBatchPolicy.FILL:
+            meta = self._op.meta()
+            largest = -(-int(meta["epoch_size"]) // max(1, int(meta["number_of_shards"])))
+            counts = [size] * -(-largest // size)
+        else:
+            left = self._left_in_pass()
+            counts = [size] * (left // size)
+            if left % size and policy == LastBatchPolicy.PARTIAL:
+                counts.append(left % size)
+            skip = left % size if policy == LastBatchPolicy.DROP else 0
+            if skip:
+                counts.append(-skip)  # negative: advance the stream without loading
+        return self._epoch(counts, batched)
+
+    def _left_in_pass(self) -> int:
+        """Samples left in the reader's current pass over its shard (padding included)."""
         meta = self._op.meta()
         state = self._op.state()
         n, shards = int(meta["epoch_size"]), max(1, int(meta["number_of_shards"]))
@@ -94,39 +137,30 @@ class ReaderObject:
             length = n * (shard + 1) // shards - n * shard // shards
         return length - int(state.get("position", 0))
 
-    def next_epoch(self, batch_size: int | None = None, ctx=None):
-        """An iterator over the rest of this epoch: tuples of Batches (or of Tensors without batch_size)."""
-        batch_size = batch_size or self._batch_size
-        step = batch_size or 32
-        self._bind(step)
-        if self._open is not None:
-            # The previous epoch was left early: skip what is left of it so this one starts clean.
-            left = self._left_in_epoch()
-            if left > 0:
-                self._op.next_refs(left)
-            self._open = None
-        gen = self._epoch(step, batched=batch_size is not None)
-        self._open = gen
-        return gen
-
-    def _epoch(self, step: int, batched: bool):
-        left = self._left_in_epoch()
-        while left > 0:
-            k = min(step, left)
-            ctx = BatchContext(k, self._iteration, pool=thread_pool())
-            ctx.prepared = self._op.advance(ctx)
-            outs = self._op.run_cpu(ctx, [], {})
-            self._iteration += 1
-            left -= k
-            if not left:
-                self._open = None
+    def _epoch(self, counts: list[int], batched: bool):
+        self._open = sum(abs(c) for c in counts)
+        for k in counts:
+            if k < 0:
+                self._op.next_refs(-k)
+                self._open -= -k
+                continue
+            outs = self._read_batch(k)
+            self._open -= k
             if batched:
-                yield tuple(Batch(o) for o in outs) if len(outs) > 1 else Batch(outs[0])
+                batches = tuple(Batch(o) for o in outs)
+                yield batches if len(batches) > 1 else batches[0]
             else:
                 for i in range(len(outs[0])):
                     sample = tuple(Tensor(o[i], o.layout()) for o in outs)
                     yield sample if len(sample) > 1 else sample[0]
         self._open = None
+
+    def _read_batch(self, batch_size: int) -> list:
+        ctx = BatchContext(batch_size, self._iteration, pool=thread_pool())
+        ctx.prepared = self._op.advance(ctx)
+        outs = self._op.run_cpu(ctx, [], {})
+        self._iteration += 1
+        return outs
 
     def __repr__(self) -> str:
         return f"stoker.dynamic.readers.{type(self).__name__}({self.op_name})"
