@@ -166,7 +166,15 @@ class ExternalSource(Operator):
         self.max_batch_size = pipe.batch_size
         if self.parallel and self.kind == "call1":
             self._pool = _py_workers.WorkerPool(self.args["source"], pipe.py_num_workers, pipe.py_start_method)
-            self._pool.start()
+            try:
+                self._pool.start()
+            except Exception as e:  # noqa: BLE001 - pickling errors come in many types
+                self._pool.close()
+                self._pool = None
+                raise self._build_error(
+                    "parallel", f"cannot start {pipe.py_num_workers} worker process(es) with "
+                    f"py_start_method={pipe.py_start_method!r}: {type(e).__name__}: {e}. With 'spawn' or "
+                    "'forkserver' the source must be picklable (a module-level function or object)") from e
 
     # --- feeding -------------------------------------------------------------------
     def feed(self, data, layout=None):

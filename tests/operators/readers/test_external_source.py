@@ -313,3 +313,20 @@ def test_repeat_last_reuses_the_latest_fed_batch():
     assert [int(pipe.run()[0].at(0)[0]) for _ in range(3)] == [1, 1, 1]
     pipe.feed_input("x", [np.array([2])])
     assert int(pipe.run()[0].at(0)[0]) == 2
+
+
+def test_parallel_with_spawn_needs_a_picklable_source():
+    def build(source):
+        @pipeline_def(batch_size=BS, num_threads=1, device_id=None, py_num_workers=2, py_start_method="spawn")
+        def p():
+            return fn.external_source(source=source, batch=False, parallel=True, name="es")
+
+        pipe = p()
+        pipe.build()
+        return pipe
+
+    pipe = build(per_sample)  # module level: picklable
+    assert drive(pipe, 4) == [[0, 1100], [2010, 3110], "STOP", [1, 1101]]
+    pipe.close()
+    with pytest.raises(PipelineBuildError, match="picklable"):
+        build(lambda info: np.zeros(1))
