@@ -246,6 +246,9 @@ class Pipeline:
             if not q:
                 return False
             fed[name] = q.popleft()
+        for name, q in self._fed.items():  # optional feeds (external_source repeat_last): newest data if any
+            if name not in fed and q:
+                fed[name] = q.popleft()
         self._executor.schedule(fed, self._iteration)
         self._iteration += 1
         return True

@@ -179,18 +179,22 @@ class ExternalSource(Operator):
     # --- feeding -------------------------------------------------------------------
     def feed(self, data, layout=None):
         """Normalize data given to feed_input / run(name=...) into one list of samples per output."""
+        if self.kind != "feed":
+            raise PipelineBuildError(f"{self.label}: feed_input cannot be used with an external_source that "
+                                     "has a source; remove source= to feed data")
         batches = self._split_outputs(data)
         out = [self._as_samples(b, k) for k, b in enumerate(batches)]
         if layout:
             out = (out, layout)
         if self.args["repeat_last"]:
-            self._latest = out
-            self.needs_feed = False
+            self.needs_feed = False  # from now on a run without new data repeats the last batch
         return out
 
     # --- producing batches ------------------------------------------------------------
     def advance(self, batch):
         if self.kind == "feed":
+            if batch.prepared is not None and self.args["repeat_last"]:
+                self._latest = batch.prepared
             fed = batch.prepared if batch.prepared is not None else self._latest
             if fed is None:
                 raise ValueError(f"{self.label}: no data was fed for this iteration; call "

@@ -330,3 +330,23 @@ def test_parallel_with_spawn_needs_a_picklable_source():
     pipe.close()
     with pytest.raises(PipelineBuildError, match="picklable"):
         build(lambda info: np.zeros(1))
+
+
+def test_repeat_last_takes_new_data_in_order_with_prefetch():
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=2)
+    def p():
+        return fn.external_source(name="x", repeat_last=True)
+
+    pipe = p()
+    pipe.build()
+    for v in (1, 2, 3):
+        pipe.feed_input("x", [np.array([v])])
+    got = [int(pipe.run()[0].at(0)[0]) for _ in range(5)]
+    assert got == [1, 2, 3, 3, 3]
+    assert not pipe._fed["x"]  # nothing left queued
+
+
+def test_feed_input_into_a_source_with_a_callable_is_refused():
+    pipe = make("stoker", lambda: [np.zeros(1)] * BS, name="es")
+    with pytest.raises(PipelineBuildError, match="has a source"):
+        pipe.feed_input("es", [np.zeros(1)] * BS)
