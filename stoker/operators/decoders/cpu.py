@@ -20,8 +20,9 @@ Pipeline of one decode:
 5. convert to the output colour space and data type (the only copy).
 
 Colour conversions follow DALI: GRAY is ITU-R BT.601 luma
-(0.299 R + 0.587 G + 0.114 B); YCbCr is BT.601 "studio range" (Y in [16, 235],
-Cb/Cr in [16, 240]); ANY_DATA keeps the stored channels (gray stays 1 channel,
+(0.299 R + 0.587 G + 0.114 B, truncated as DALI does; JPEGs give libjpeg's
+luma plane); YCbCr is BT.601 "studio range" (Y in [16, 235], Cb/Cr in
+[16, 240]); ANY_DATA keeps the stored channels (gray stays 1 channel,
 RGBA keeps alpha). Data types are converted to the target's dynamic range:
 float in [0, 1], uint16 = uint8 * 257, 16-bit sources to uint8 by rounding
 value / 257.
@@ -194,7 +195,10 @@ def _decode_pillow(buf: np.ndarray, info: ImageInfo) -> np.ndarray:
                 im = im.convert("RGBA")
             arr = np.asarray(im)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise ImageDecodeError(f"cannot decode {info.format.upper()} data: {e}") from None
+        reason = str(e)
+        if reason.startswith("cannot identify image file"):
+            reason = "the data is not a readable image"
+        raise ImageDecodeError(f"cannot decode {info.format.upper()} data (corrupt or truncated?): {reason}") from None
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.dtype.byteorder == ">":
@@ -256,8 +260,11 @@ def convert_color(img: np.ndarray, output_type) -> np.ndarray:
 
 
 def _gray(rgb: np.ndarray) -> np.ndarray:
-    src = np.ascontiguousarray(rgb)
-    return cv2.cvtColor(src, cv2.COLOR_RGB2GRAY)[:, :, None]
+    # Truncated, not rounded: DALI's CPU decoder truncates the luma, and parity matters more here
+    # than the half level that rounding would win.
+    src = np.ascontiguousarray(rgb).astype(np.float32)
+    luma = cv2.transform(src, _GRAY_W.reshape(1, 3))
+    return luma.astype(rgb.dtype).reshape(rgb.shape[0], rgb.shape[1], 1)
 
 
 def _ycbcr(img: np.ndarray) -> np.ndarray:
