@@ -12,6 +12,7 @@ DALI's ``initial_fill`` buffer, so that a checkpoint is O(1).
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -96,6 +97,7 @@ class FileReader(Reader):
         self._batch_size = 1
         self._order: ShardedOrder | None = None
         self._pending_state: dict | None = None
+        self._list_lock = threading.Lock()  # lazy_init: reader_meta() and the executor may list at once
 
     def _arg_error(self, arg: str, message: str) -> PipelineBuildError:
         label = "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
@@ -113,6 +115,12 @@ class FileReader(Reader):
     def _ensure_listed(self) -> ShardedOrder:
         if self._order is not None:
             return self._order
+        with self._list_lock:
+            if self._order is None:
+                self._list()
+        return self._order
+
+    def _list(self) -> None:
         a = self.args
         root = a["file_root"]
         try:
@@ -144,7 +152,6 @@ class FileReader(Reader):
         if self._pending_state is not None:
             pending, self._pending_state = self._pending_state, None
             self.set_state(pending)
-        return self._order
 
     # --- Reader contract -------------------------------------------------------
     def epoch_size(self, padded: bool = False) -> int:

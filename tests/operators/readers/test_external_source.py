@@ -79,6 +79,9 @@ CASES = {
     "per_sample": (lambda: per_sample, {"batch": False}),
     "batch_info": (lambda: per_batch_info, {"batch_info": True}),
     "index": (lambda: per_batch_index, {}),
+    "genfunc_quiet": (lambda: gen_batches, {"cycle": "quiet"}),
+    "sample_list": (lambda: [np.array([i]) for i in range(5)], {"batch": False, "cycle": "raise"}),
+    "sample_list_quiet": (lambda: [np.array([i]) for i in range(5)], {"batch": False, "cycle": True}),
 }
 
 
