@@ -72,18 +72,21 @@ def test_order_shards_padding_and_meta_match_dali(tree10, bs, ns, pad, stick):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("variant", ["default", "case_sensitive", "txt_filter", "str_filter", "dir_filter"])
+@pytest.mark.parametrize("variant", ["default", "case_sensitive", "txt_filter", "str_filter", "dir_filter",
+                                     "dir_filter_case", "dir_filter_case_sensitive", "star"])
 def test_listing_matches_dali(tmp_path, variant):
     root = str(tmp_path)
     files = ["b/z.jpg", "b/a.JPG", "b/f10.png", "b/f2.png", "a/sub/deep.jpg", "a/x.txt", "a/y.jpeg",
-             "top.jpg", "B2/q.jpg", "a/aa.jpg", "ab/k.webp"]
+             "top.jpg", "B2/q.jpg", "a/aa.jpg", "ab/k.webp", "a/.hidden.jpg", "Ab/m.jpg"]
     for i, rel in enumerate(files):
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
         with open(os.path.join(root, rel), "wb") as f:
             f.write(bytes([i, i]))
     args = {"default": {}, "case_sensitive": {"case_sensitive_filter": True},
             "txt_filter": {"file_filters": ["*.txt", "*.PNG"]}, "str_filter": {"file_filters": "*.png"},
-            "dir_filter": {"dir_filters": ["a*"]}}[variant]
+            "dir_filter": {"dir_filters": ["a*"]}, "dir_filter_case": {"dir_filters": ["A*", "b"]},
+            "dir_filter_case_sensitive": {"dir_filters": ["A*"], "case_sensitive_filter": True},
+            "star": {"file_filters": ["*"]}}[variant]
     ours, theirs = stoker_pipe(1, file_root=root, **args), dali_pipe(1, file_root=root, **args)
     n = theirs.reader_meta("R")["epoch_size"]
     assert ours.reader_meta("R")["epoch_size"] == n
