@@ -84,7 +84,10 @@ class Rotate(_LayoutAware):
         fill = self.args["fill_value"]
         border = cv2.BORDER_REPLICATE if fill is None else cv2.BORDER_CONSTANT
         channels = img.shape[2] if img.ndim == 3 else 1
-        src = img if img.dtype in (np.uint8, np.uint16, np.int16, np.float32, np.float64) else img.astype(np.float32)
+        dtype = self.dtype if self.dtype is not None else img.dtype
+        native = img.dtype in (np.uint8, np.uint16, np.int16, np.float32, np.float64) and (
+            np.dtype(dtype).kind in "iu" or img.dtype.kind == "f")
+        src = img if native else img.astype(np.float32)  # float outputs are interpolated in float
         value = (float(fill or 0),) * min(channels, 4)
         interp = _CV_INTERP[INTERP(int(self.args["interp_type"]))]
         if channels <= 4:
@@ -95,5 +98,4 @@ class Rotate(_LayoutAware):
                                            flags=interp | cv2.WARP_INVERSE_MAP, borderMode=border,
                                            borderValue=value[:1]) for c in range(channels)], axis=2)
         out = out.reshape(out_hw[0], out_hw[1], *img.shape[2:])
-        dtype = self.dtype if self.dtype is not None else img.dtype
         return np.ascontiguousarray(out if out.dtype == dtype else to_dtype(out, dtype))

@@ -1,0 +1,122 @@
+"""crop, crop_mirror_normalize and flip against DALI's CPU operators and NumPy."""
+
+import numpy as np
+import pytest
+from conftest import assert_close
+
+from stoker import types
+from stoker.operators.image.geometry import crop_anchor
+
+
+@pytest.mark.parametrize("n,c,pos", [(7, 4, 0.5), (9, 4, 0.5), (9, 4, 0.9), (9, 4, 0.1), (9, 4, 0.3),
+                                     (13, 4, 0.75), (7, 10, 0.5), (7, 7, 0.3)])
+def test_anchor_rounds_float32_half_away(n, c, pos):
+    x = float(np.float32(pos) * np.float32(n - c))
+    want = int(np.floor(x + 0.5)) if x >= 0 else -int(np.floor(-x + 0.5))
+    assert crop_anchor(n, c, pos) == want
+
+
+CROP_CASES = [
+    dict(crop=(32, 24)), dict(crop=(31, 5), crop_pos_x=0.9, crop_pos_y=0.1), dict(crop_h=20, crop_w=7),
+    dict(crop=(3.6, 4.2)), dict(crop=(200, 40), out_of_bounds_policy="pad"),
+    dict(crop=(200, 150), out_of_bounds_policy="pad", fill_values=9),
+    dict(crop=(200, 150), out_of_bounds_policy="trim_to_shape"),
+    dict(crop=(20, 20), crop_pos_x=1.0, crop_pos_y=0.0, dtype=types.FLOAT),
+]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", CROP_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_crop_matches_dali(case, images, run_stoker, run_dali):
+    batch = [images["rgb_odd"], images["noise"], images["gray"]]
+    assert_close(run_stoker("crop", batch, **case), run_dali("crop", batch, **case), 0, 0, str(case))
+
+
+@pytest.mark.oracle
+def test_crop_per_sample_positions(images, run_stoker, run_dali):
+    batch = [images["rgb_odd"], images["noise"], images["gray"]]
+    per = {"crop_pos_x": [np.float32(v) for v in (0.0, 0.33, 1.0)],
+           "crop_pos_y": [np.float32(v) for v in (0.7, 0.5, 0.05)]}
+    assert_close(run_stoker("crop", batch, per_sample=per, crop=(17, 9)),
+                 run_dali("crop", batch, per_sample=per, crop=(17, 9)), 0, 0)
+
+
+def test_crop_out_of_bounds_error_names_the_argument(images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="out_of_bounds_policy"):
+        run_stoker("crop", [images["gray"]], crop=(500, 10))
+
+
+CMN_CASES = [
+    dict(crop=(24, 32), mean=[0.485 * 255, 0.456 * 255, 0.406 * 255], std=[0.229 * 255, 0.224 * 255, 0.225 * 255]),
+    dict(crop=(24, 32), mirror=1, mean=[128.0], std=[64.0], output_layout="HWC"),
+    dict(mean=[10.0, 20.0, 30.0], std=[2.0, 3.0, 4.0], scale=0.5, shift=3.0, dtype=types.FLOAT16),
+    dict(crop=(30, 30), mean=[100.0], std=[40.0], scale=64, shift=128, dtype=types.UINT8),
+    dict(crop=(20, 20), mean=[100.0], std=[50.0], scale=64, dtype=types.INT8, mirror=1),
+    dict(crop=(24, 32), pad_output=True, mean=[1.0, 2.0, 3.0], std=[1.0, 1.0, 1.0]),
+    dict(crop=(100, 120), out_of_bounds_policy="pad", fill_values=7.0, mean=[5.0], std=[2.0]),
+]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", CMN_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_crop_mirror_normalize_matches_dali(case, images, run_stoker, run_dali):
+    batch = [images["rgb_odd"], images["noise"]]
+    ours = run_stoker("crop_mirror_normalize", batch, **case)
+    theirs = run_dali("crop_mirror_normalize", batch, **case)
+    tol = 1 if case.get("dtype") in (types.UINT8, types.INT8) else 1e-2
+    assert_close(ours, theirs, tol, tol, str(case))
+
+
+@pytest.mark.oracle
+def test_cmn_chw_input_and_per_sample_mirror(images, run_stoker, run_dali):
+    batch = [np.ascontiguousarray(images["rgb_odd"].transpose(2, 0, 1)), np.ascontiguousarray(
+        images["noise"].transpose(2, 0, 1))]
+    per = {"mirror": [np.int32(1), np.int32(0)]}
+    kw = dict(crop=(16, 20), crop_pos_x=0.2, mean=[50.0, 60.0, 70.0], std=[5.0, 6.0, 7.0], output_layout="HWC")
+    assert_close(run_stoker("crop_mirror_normalize", batch, "CHW", per, **kw),
+                 run_dali("crop_mirror_normalize", batch, "CHW", per, **kw), 1e-3, 1e-3)
+
+
+def test_cmn_against_numpy(images, run_stoker):
+    img = images["rgb_odd"]
+    mean, std = np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 8.0])
+    out = run_stoker("crop_mirror_normalize", [img], crop=(10, 12), crop_pos_x=0.0, crop_pos_y=0.0, mirror=1,
+                     mean=mean.tolist(), std=std.tolist())[0]
+    want = ((img[:10, :12][:, ::-1] - mean) / std).transpose(2, 0, 1).astype(np.float32)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_cmn_pads_with_per_channel_output_values(run_stoker):
+    """fill_values are output values (after normalization). (DALI 2.4's CPU operator zeroes channels 1..
+    of the image inside the window when fill_values has one value per channel, so no oracle here.)"""
+    img = np.full((4, 4, 3), 100, np.uint8)
+    out = run_stoker("crop_mirror_normalize", [img], crop=(6, 6), out_of_bounds_policy="pad",
+                     fill_values=[7.0, 8.0, 9.0], mean=[5.0], std=[2.0], output_layout="HWC")[0]
+    assert out.shape == (6, 6, 3)
+    np.testing.assert_array_equal(out[0], np.tile([7.0, 8.0, 9.0], (6, 1)))
+    np.testing.assert_array_equal(out[1:5, 1:5], np.full((4, 4, 3), 47.5, np.float32))
+
+
+FLIP_CASES = [dict(), dict(horizontal=0, vertical=1), dict(horizontal=1, vertical=1), dict(horizontal=0)]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", FLIP_CASES, ids=str)
+def test_flip_matches_dali(case, images, run_stoker, run_dali):
+    batch = [images["rgb_odd"], images["gray"]]
+    assert_close(run_stoker("flip", batch, **case), run_dali("flip", batch, **case), 0, 0, str(case))
+
+
+@pytest.mark.oracle
+def test_flip_per_sample_and_chw(images, run_stoker, run_dali):
+    batch = [np.ascontiguousarray(images["noise"].transpose(2, 0, 1))] * 3
+    per = {"horizontal": [np.int32(v) for v in (0, 1, 1)], "vertical": [np.int32(v) for v in (1, 0, 1)]}
+    assert_close(run_stoker("flip", batch, "CHW", per), run_dali("flip", batch, "CHW", per), 0, 0)
+
+
+def test_flip_against_numpy(images, run_stoker):
+    img = images["noise"]
+    out = run_stoker("flip", [img], horizontal=1, vertical=1)[0]
+    np.testing.assert_array_equal(out, img[::-1, ::-1])
