@@ -162,10 +162,10 @@ class ImageDecoderCrop(_ImageDecoderBase):
         name = self.schema.name
         if a["rounding"] not in ("round", "truncate"):
             raise arg_error(name, "rounding", f"{a['rounding']!r}: use 'round' or 'truncate'")
-        has_hw = bool(a["crop_h"]) or bool(a["crop_w"])
-        if a["crop"] is not None and has_hw:
+        has_hw = _given(a, "crop_h") or _given(a, "crop_w")
+        if _given(a, "crop") and has_hw:
             raise arg_error(name, "crop", "give either crop or crop_h/crop_w, not both")
-        if a["crop"] is None and not has_hw:
+        if not _given(a, "crop") and not has_hw:
             raise arg_error(name, "crop", "is required (or crop_h and crop_w)")
 
     def run_sample(self, inputs, args, ctx):
@@ -218,15 +218,15 @@ class ImageDecoderSlice(_ImageDecoderBase):
         super().setup()
         a = self.args
         name = self.schema.name
-        if a["start"] is not None and a["rel_start"] is not None:
+        if _given(a, "start") and _given(a, "rel_start"):
             raise arg_error(name, "start", "start and rel_start are mutually exclusive")
-        ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if a[k] is not None]
+        ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if _given(a, k)]
         if len(ends) > 1:
             raise arg_error(name, ends[1], f"{', '.join(ends)} are mutually exclusive")
         try:
-            self.axes = roi_mod.slice_axes(a["axes"], a["axis_names"])
+            self.axes = roi_mod.slice_axes(a.get("axes"), a.get("axis_names"))
         except ValueError as e:
-            raise arg_error(name, "axis_names" if a["axis_names"] else "axes", str(e)) from None
+            raise arg_error(name, "axis_names" if a.get("axis_names") else "axes", str(e)) from None
         self.named = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
 
     def run_sample(self, inputs, args, ctx):
@@ -292,6 +292,14 @@ class PeekImageShape(Operator):
     def output_layouts(self, input_layouts):
         return [""]
 
+
+
+def _given(args: dict, name: str) -> bool:
+    """Whether an argument was set: a value, or a per-sample tensor (absent from the static args)."""
+    if name not in args:
+        return True
+    v = args[name]
+    return v is not None and not (isinstance(v, float) and v == 0.0)
 
 
 def _range_arg(op, name, positive):

@@ -59,11 +59,11 @@ class _State:
 
     def __init__(self, device_id: int):
         nv = _nv()
-        threads = int(os.environ.get("STOKER_NVIMGCODEC_THREADS", "0")) or None
-        kw = {"device_id": device_id}
-        if threads:
-            kw["max_num_cpu_threads"] = threads
-        self.decoder = nv.Decoder(**kw)
+        threads = int(os.environ.get("STOKER_NVIMGCODEC_THREADS", "0")) or os.cpu_count() or 4
+        self.decoder = nv.Decoder(device_id=device_id, max_num_cpu_threads=threads)
+        self.params = {gray: nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
+                                             apply_exif_orientation=True, allow_any_depth=False)
+                       for gray in (False, True)}
         self.lock = threading.Lock()
         self.cpu_share = float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0.25"))
 
@@ -91,9 +91,9 @@ def _window(op, kind, args, i, batch, h, w):
         return None
     if kind == "image_random_crop":
         ctx = SampleContext(i, batch.iteration, op.op_seed, batch.source(i))
-        return sample_crop_window(ctx.rng, h, w, _pair(args.get("random_area"), (0.08, 1.0)),
-                                  _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3)),
-                                  int(_first(args.get("num_attempts"), 10)))
+        area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
+        aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
+        return sample_crop_window(ctx.rng, h, w, area, aspect, int(_first(args.get("num_attempts"), 10)))
     if kind == "image_crop":
         crop = args.get("crop")
         ch = cw = 0
@@ -150,12 +150,25 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     for i, (_, _, h, w) in enumerate(heads):
         args = op.sample_args(arg_inputs, i)
         wins.append(_window(op, kind, args, i, batch, h, w) if h > 0 else None)
-    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS]
+    dtype = op.args.get("dtype")
+    on_gpu = (gray or out_type is None or getattr(out_type, "name", "") == "RGB") and \
+        (dtype is None or np.dtype(dtype) == np.uint8)
+    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS] if on_gpu else []
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
 
     def cpu_one(i):
+        if hasattr(op, "run_sample") and hasattr(op, "decode"):
+            ctx = SampleContext(i, batch.iteration, op.op_seed, batch.source(i))
+            try:
+                out = op.run_sample((enc[i],), op.sample_args(arg_inputs, i), ctx)
+            except OperatorError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise OperatorError(str(e), operator=op.instance_name, origin=op.origin, source=batch.source(i),
+                                    sample_index=i) from e
+            return np.ascontiguousarray(out)
         win = wins[i]
         if win is None and kind != "image":
             if heads[i][2] == 0:  # header unknown to nvImageCodec: decode first, then choose the window
@@ -181,10 +194,8 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
                 y0, x0, wh, ww = _clip(wins[i], h, w)
                 cs = cs.get_sub_code_stream(region=nv.Region(y0, x0, y0 + wh, x0 + ww))
             subs.append(cs)
-        params = nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
-                                 apply_exif_orientation=True, allow_any_depth=False)
         with st.lock:
-            imgs = st.decoder.decode(subs, params=params, cuda_stream=stream.ptr)
+            imgs = st.decoder.decode(subs, params=st.params[gray], cuda_stream=stream.ptr)
         retry = []
         for i, img in zip(gpu_idx, imgs):
             if img is None:
