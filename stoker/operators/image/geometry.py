@@ -154,3 +154,16 @@ def _parity_ceil(x: float, like: int) -> int:
     if (n - like) % 2:
         n += 1
     return max(n, 1)
+
+
+def rotation_matrix(angle_deg: float, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """2x3 matrix taking an output pixel (x, y) (OpenCV's integer-centre
+    convention) to its source position: the output centre maps to the input
+    centre, and a positive angle turns the image counter-clockwise as shown."""
+    a = math.radians(angle_deg)
+    c, s = math.cos(a), math.sin(a)
+    rot = np.array([[c, -s], [s, c]])
+    co = np.array([out_hw[1] / 2.0, out_hw[0] / 2.0])
+    ci = np.array([in_hw[1] / 2.0, in_hw[0] / 2.0])
+    offset = rot @ (0.5 - co) + ci - 0.5
+    return np.hstack([rot, offset[:, None]])

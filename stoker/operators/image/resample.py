@@ -123,6 +123,13 @@ def resample(img: np.ndarray, spatial_axes: Sequence[int], out_size: Sequence[in
         for d, ax in enumerate(axes):
             out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d]), axis=ax)
         return to_dtype(out, dtype) if out.dtype != dtype else np.ascontiguousarray(out)
+    if len(axes) == 2 and axes[0] > 0 and axes[1] == axes[0] + 1 and img.dtype == np.uint8 == dtype:
+        # frames (FHWC ...): resample each 2D image on the fast path
+        lead = img.shape[:axes[0]]
+        flat = img.reshape(-1, *img.shape[axes[0]:])
+        outs = [resample(f, [0, 1], out_size, lo, hi, min_filter=min_filter, mag_filter=mag_filter,
+                         antialias=antialias, dtype=dtype) for f in flat]
+        return np.stack(outs).reshape(*lead, *outs[0].shape)
     fast = _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype)
     if fast is not None:
         return fast

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import cv2
 import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.image.crop import _LayoutAware
-from stoker.operators.image.geometry import rotated_size
+from stoker.operators.image.geometry import rotated_size, rotation_matrix
 from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
@@ -23,19 +21,6 @@ _CV_INTERP = {
     INTERP.INTERP_LANCZOS3: cv2.INTER_LANCZOS4,
     INTERP.INTERP_GAUSSIAN: cv2.INTER_LINEAR,
 }
-
-
-def rotation_matrix(angle_deg: float, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """2x3 matrix taking an output pixel (x, y) (OpenCV's integer-centre
-    convention) to its source position: the output centre maps to the input
-    centre, and a positive angle turns the image counter-clockwise as shown."""
-    a = math.radians(angle_deg)
-    c, s = math.cos(a), math.sin(a)
-    rot = np.array([[c, -s], [s, c]])
-    co = np.array([out_hw[1] / 2.0, out_hw[0] / 2.0])
-    ci = np.array([in_hw[1] / 2.0, in_hw[0] / 2.0])
-    offset = rot @ (0.5 - co) + ci - 0.5
-    return np.hstack([rot, offset[:, None]])
 
 
 @register

@@ -143,3 +143,14 @@ def test_resize_speed_vs_opencv(images, capsys):
     with capsys.disabled():
         print(f"\nresize 500x375->224x224: stoker {ours:.0f} img/s, cv2 INTER_AREA {area:.0f} img/s")
     assert ours > 0.25 * area  # same league as OpenCV's area filter (DALI's CPU resize is ~1/2 of it)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("layout,shape,case", [
+    ("DHWC", (9, 20, 30, 2), dict(resize_x=15, resize_z=5)),
+    ("FHWC", (3, 20, 30, 3), dict(size=(11, 17))),
+    ("HWC", (20, 30, 5), dict(size=(11, 47))),
+])
+def test_volumes_frames_and_many_channels(layout, shape, case, run_stoker, run_dali):
+    vol = np.random.default_rng(1).integers(0, 256, shape, np.uint8)
+    assert_close(run_stoker("resize", [vol], layout, **case), run_dali("resize", [vol], layout, **case), 0.25, 1)
