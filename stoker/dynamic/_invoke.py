@@ -80,6 +80,13 @@ def _place(op_name: str, schema, requested: str | None, any_gpu_input: bool) -> 
     if device not in schema.devices:
         raise arg_error(op_name, "device",
                         f"'{device}' is not available; this operator runs on {', '.join(schema.devices)}")
+    if device != "cpu":
+        from stoker.backend import cuda
+
+        problem = cuda.unavailable_reason(0)
+        if problem:
+            raise RuntimeError(f"{op_name}(device='gpu'): no GPU can be used here ({problem}); "
+                               "call it with device='cpu'")
     return device
 
 
@@ -205,10 +212,6 @@ _gpu_contexts: dict = {}
 def _run_gpu(op, op_name: str, ctx: BatchContext, lists, arg_inputs):
     from stoker.backend import cuda
 
-    problem = cuda.unavailable_reason(0)
-    if problem:
-        raise RuntimeError(f"{op_name}(device='gpu'): no GPU can be used here ({problem}); "
-                           "call it with device='cpu'")
     dev = cuda._cupy().cuda.runtime.getDevice()
     gpu = _gpu_contexts.get(dev)
     if gpu is None:

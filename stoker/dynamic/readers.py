@@ -8,11 +8,11 @@ exactly as inside a pipeline, because it *is* the pipeline's reader operator::
         for jpegs, labels in reader.next_epoch(batch_size=64):
             images = ndd.decoders.image(jpegs)
 
-As in DALI's dynamic mode an epoch is ``ceil(ceil(epoch_size / num_shards) /
-batch_size)`` full batches of the reader's endless stream: the last one
-finishes with the next epoch's first samples (or with repeats of the last
-sample when ``pad_last_batch=True``); shards rotate between epochs unless
-``stick_to_shard``. ``next_epoch(..., last_batch_policy=LastBatchPolicy.PARTIAL)``
+As in DALI's dynamic mode, epoch ``e`` is ``ceil(shard_size / batch_size)``
+full batches of the reader's endless stream, for the shard read in that epoch
+(shards rotate unless ``stick_to_shard``): the last batch finishes with the
+next epoch's first samples, or with repeats of the last sample when
+``pad_last_batch=True``. ``next_epoch(..., last_batch_policy=LastBatchPolicy.PARTIAL)``
 reads each shard exactly once instead. Without a batch size the epoch yields
 single samples.
 """
@@ -63,6 +63,7 @@ class ReaderObject:
         self._bound = False
         self._iteration = 0
         self._open = None  # samples left in an epoch not read to its end
+        self._epochs_started = 0
 
     def _bind(self, batch_size: int) -> None:
         if self._bound:
@@ -90,12 +91,12 @@ class ReaderObject:
         """An iterator over the next epoch: Batches (a tuple of them for several outputs), or single
         samples (Tensors) when no batch size was given here or at construction.
 
-        As in DALI's dynamic mode, by default (``LastBatchPolicy.FILL``) an epoch is
-        ``ceil(ceil(epoch_size / num_shards) / batch_size)`` full batches of the reader's stream: the
-        last one finishes with the next epoch's first samples, or with repeats of the last sample
-        when ``pad_last_batch=True``. stoker extensions: ``last_batch_policy=LastBatchPolicy.PARTIAL``
-        reads the rest of the current shard exactly once (the last batch may be smaller);
-        ``DROP`` does the same but leaves out the incomplete batch.
+        As in DALI's dynamic mode, by default (``LastBatchPolicy.FILL``) epoch ``e`` is
+        ``ceil(shard_size / batch_size)`` full batches of the reader's stream (the shard read in that
+        epoch): the last one finishes with the next epoch's first samples, or with repeats of the last
+        sample when ``pad_last_batch=True``. stoker extensions: ``last_batch_policy=PARTIAL`` reads the
+        rest of the current shard exactly once (the last batch may be smaller); ``DROP`` does the same
+        but leaves out the incomplete batch.
         """
         from stoker.plugin.base_iterator import LastBatchPolicy
 
@@ -110,10 +111,9 @@ class ReaderObject:
             # DALI requires an epoch to be read to its end before the next one; stoker skips the rest.
             self._op.next_refs(self._open)
             self._open = None
+        epoch, self._epochs_started = self._epochs_started, self._epochs_started + 1
         if policy == LastBatchPolicy.FILL:
-            meta = self._op.meta()
-            largest = -(-int(meta["epoch_size"]) // max(1, int(meta["number_of_shards"])))
-            counts = [size] * -(-largest // size)
+            counts = [size] * -(-self._epoch_length(epoch) // size)
         else:
             left = self._left_in_pass()
             counts = [size] * (left // size)
@@ -123,6 +123,19 @@ class ReaderObject:
             if skip:
                 counts.append(-skip)  # negative: advance the stream without loading
         return self._epoch(counts, batched)
+
+    def _epoch_length(self, epoch: int) -> int:
+        """Samples in epoch ``epoch``: the size of the shard read then (shards rotate unless
+        stick_to_shard), or the padded length with pad_last_batch."""
+        meta = self._op.meta()
+        n, shards = int(meta["epoch_size"]), max(1, int(meta["number_of_shards"]))
+        if meta.get("pad_last_batch"):
+            largest = -(-n // shards)
+            return -(-largest // self._bound_batch_size) * self._bound_batch_size
+        shard = int(meta["shard_id"])
+        if not meta.get("stick_to_shard"):
+            shard = (shard + epoch) % shards
+        return n * (shard + 1) // shards - n * shard // shards
 
     def _left_in_pass(self) -> int:
         """Samples left in the reader's current pass over its shard (padding included)."""

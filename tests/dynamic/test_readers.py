@@ -30,7 +30,7 @@ def _labels(module, reader, epochs=3, **kw):
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("pad", [False, True])
-@pytest.mark.parametrize(("shards", "shard_id"), [(1, 0), (2, 0), (2, 1), (3, 2)])
+@pytest.mark.parametrize(("shards", "shard_id"), [(1, 0), (2, 0), (2, 1), (3, 2), (3, 1)])
 def test_epochs_match_dali_dynamic_mode(seven_files, pad, shards, shard_id):
     dndd = pytest.importorskip("nvidia.dali.experimental.dynamic")
     kw = dict(file_root=seven_files, pad_last_batch=pad, num_shards=shards, shard_id=shard_id)
@@ -97,3 +97,11 @@ def test_meta_and_bad_arguments(seven_files, tmp_path):
         ndd.readers.File(file_root=str(tmp_path / "missing")).meta()
     with pytest.raises(AttributeError, match="no reader"):
         ndd.readers.NotAReader  # noqa: B018
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("stick", [False, True])
+def test_stick_to_shard_matches_dali_dynamic_mode(seven_files, stick):
+    dndd = pytest.importorskip("nvidia.dali.experimental.dynamic")
+    kw = dict(file_root=seven_files, num_shards=3, shard_id=2, stick_to_shard=stick)
+    assert _labels(ndd, ndd.readers.File(**kw), epochs=4) == _labels(dndd, dndd.readers.File(**kw), epochs=4)
