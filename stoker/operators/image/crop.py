@@ -47,8 +47,11 @@ def check_crop_args(op: str, args: dict) -> None:
 
 def requested_window(args: dict, nd: int) -> tuple[list[float] | None, list[float]]:
     """(extents or None when no crop is asked, normalized positions), outermost axis first."""
-    pos = [float(args.get("crop_pos_z", 0.5)), float(args.get("crop_pos_y", 0.5)),
-           float(args.get("crop_pos_x", 0.5))][3 - nd:]
+    names = ["crop_pos_z", "crop_pos_y", "crop_pos_x"][3 - nd:]
+    pos = [float(args.get(n, 0.5)) for n in names]
+    for n, p in zip(names, pos):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"argument '{n}' must be in [0, 1], got {p}")
     crop = args.get("crop")
     if crop is not None:
         ext = [float(c) for c in np.asarray(crop, np.float64).reshape(-1)]
@@ -140,9 +143,6 @@ class Crop(_LayoutAware):
         ext, pos = requested_window(args, len(axes))
         out = img
         if ext is not None:
-            for p in pos:
-                if not 0.0 <= p <= 1.0 and self.args["out_of_bounds_policy"] == "error":
-                    raise self.error(f"crop_pos values must be in [0, 1], got {p}")
             anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos)
             out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
                              self.args["fill_values"], "crop")

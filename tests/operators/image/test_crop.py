@@ -120,3 +120,10 @@ def test_flip_against_numpy(images, run_stoker):
     img = images["noise"]
     out = run_stoker("flip", [img], horizontal=1, vertical=1)[0]
     np.testing.assert_array_equal(out, img[::-1, ::-1])
+
+
+def test_crop_position_out_of_range_names_the_argument(images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="crop_pos_y"):
+        run_stoker("crop", [images["gray"]], crop=(5, 5), crop_pos_y=1.2, out_of_bounds_policy="pad")
