@@ -109,18 +109,22 @@ def fill_array(fill: list[float], ndim: int, channel_axis: int | None, shape, dt
     return convert(vals, np.dtype(dtype)) if np.dtype(dtype).kind in "iu" else vals.astype(dtype)
 
 
-class _LayoutAware(Operator):
-    """Remembers the input layout of the batch being run (samples need it)."""
-
-    _layout = ""
+class LayoutAware(Operator):
+    """Hands the input batch's layout to run_sample as ``args["__layout"]`` (without
+    storing it on the instance, which eager mode may share between threads)."""
 
     def run_cpu(self, batch, inputs, arg_inputs):
-        self._layout = inputs[0].layout() if inputs else ""
-        return super().run_cpu(batch, inputs, arg_inputs)
+        layout = inputs[0].layout() if inputs else ""
+        n = len(inputs[0]) if inputs else batch.batch_size
+        return super().run_cpu(batch, inputs, {**arg_inputs, "__layout": [layout] * n})
+
+    @staticmethod
+    def layout_of(args: dict) -> str:
+        return str(args.get("__layout") or "")
 
 
 @register
-class Crop(_LayoutAware):
+class Crop(LayoutAware):
     """Cuts a window of each sample (HWC, CHW, DHWC ...)."""
 
     schema = Schema(
@@ -139,7 +143,7 @@ class Crop(_LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes, ch = spatial_axes_of(self._layout, img.ndim)
+        axes, ch = spatial_axes_of(self.layout_of(args), img.ndim)
         ext, pos = requested_window(args, len(axes))
         out = img
         if ext is not None:

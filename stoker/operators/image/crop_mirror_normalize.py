@@ -9,7 +9,7 @@ from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.image.crop import (
     CROP_ARGS,
-    _LayoutAware,
+    LayoutAware,
     check_crop_args,
     crop_array,
     requested_window,
@@ -21,7 +21,7 @@ from stoker.operators.schema import Arg, Schema, register
 
 
 @register
-class CropMirrorNormalize(_LayoutAware):
+class CropMirrorNormalize(LayoutAware):
     """The usual last step of an image pipeline (DALI's ``fn.crop_mirror_normalize``)."""
 
     schema = Schema(
@@ -51,7 +51,7 @@ class CropMirrorNormalize(_LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        layout = self._layout or ("HWC" if img.ndim == 3 else "HW" if img.ndim == 2 else "")
+        layout = self.layout_of(args) or ("HWC" if img.ndim == 3 else "HW" if img.ndim == 2 else "")
         axes, ch = spatial_axes_of(layout, img.ndim)
         ext, pos = requested_window(args, len(axes))
         fill_out = None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.image.crop import _LayoutAware, spatial_axes_of
+from stoker.operators.image.crop import LayoutAware, spatial_axes_of
 from stoker.operators.schema import Arg, Schema, register
 
 
 @register
-class Flip(_LayoutAware):
+class Flip(LayoutAware):
     """Flips images (or volumes, or video frames) horizontally, vertically and/or in depth."""
 
     schema = Schema(
@@ -24,7 +24,7 @@ class Flip(_LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        lay = self._layout
+        lay = self.layout_of(args)
         if not lay or len(lay) != img.ndim:
             axes, _ = spatial_axes_of("", img.ndim)
             lay = "".join("DHW"[3 - len(axes) + i] for i in range(len(axes))) + "C" * (img.ndim - len(axes))

@@ -10,7 +10,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
-from stoker.operators.base import Operator
+from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.geometry import RESIZE_MODES, resize_plan
 from stoker.operators.image.resample import resample
 from stoker.operators.random.crop_window import sample_crop_window
@@ -61,7 +61,7 @@ def _flat(v) -> list[float] | None:
 
 
 @register
-class Resize(Operator):
+class Resize(LayoutAware):
     """Resizes images (HWC, HW, DHWC, FHWC...) like DALI's ``fn.resize``."""
 
     schema = Schema(
@@ -101,11 +101,6 @@ class Resize(Operator):
             raise arg_error("resize", "resize_shorter", "cannot be used together with resize_longer")
         if a["max_size"] is not None and any(m < 0 for m in a["max_size"]):
             raise arg_error("resize", "max_size", "must not be negative")
-        self._layout = ""
-
-    def run_cpu(self, batch, inputs, arg_inputs):
-        self._layout = inputs[0].layout() if inputs else ""
-        return super().run_cpu(batch, inputs, arg_inputs)
 
     def requested(self, args: dict, nd: int) -> list[float]:
         """Requested extents (outermost first) from size / resize_x,y,z."""
@@ -121,7 +116,7 @@ class Resize(Operator):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes = spatial_axes(self._layout, img.ndim, "resize")
+        axes = spatial_axes(self.layout_of(args), img.ndim, "resize")
         in_size = [img.shape[a] for a in axes]
         if min(in_size) < 1:
             raise self.error(f"cannot resize an empty sample of shape {img.shape}")
@@ -144,7 +139,7 @@ class Resize(Operator):
 
 
 @register
-class RandomResizedCrop(Operator):
+class RandomResizedCrop(LayoutAware):
     """A random window (area fraction, aspect ratio) of each image, resized to ``size``."""
 
     schema = Schema(
@@ -180,15 +175,10 @@ class RandomResizedCrop(Operator):
                 raise arg_error("random_resized_crop", name, f"must be a range (lo, hi) with 0 < lo <= hi, got {v}")
             ranges.append((float(v[0]), float(v[1])))
         self.area, self.aspect = ranges
-        self._layout = ""
-
-    def run_cpu(self, batch, inputs, arg_inputs):
-        self._layout = inputs[0].layout() if inputs else ""
-        return super().run_cpu(batch, inputs, arg_inputs)
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes = spatial_axes(self._layout, img.ndim, "random_resized_crop")
+        axes = spatial_axes(self.layout_of(args), img.ndim, "random_resized_crop")
         if len(axes) != 2:
             raise self.error(f"expects 2D images, got a sample of shape {img.shape}")
         h, w = img.shape[axes[0]], img.shape[axes[1]]

@@ -7,7 +7,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
-from stoker.operators.image.crop import _LayoutAware
+from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.geometry import rotated_size, rotation_matrix
 from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
@@ -24,7 +24,7 @@ _CV_INTERP = {
 
 
 @register
-class Rotate(_LayoutAware):
+class Rotate(LayoutAware):
     """Rotates each image by ``angle`` degrees (per-sample tensor allowed)."""
 
     schema = Schema(
@@ -51,8 +51,9 @@ class Rotate(_LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        if img.ndim not in (2, 3) or (self._layout and self._layout not in ("HWC", "HW")):
-            raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {self._layout!r}")
+        layout = self.layout_of(args)
+        if img.ndim not in (2, 3) or (layout and layout not in ("HWC", "HW")):
+            raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {layout!r}")
         angle = args.get("angle")
         if angle is None:
             raise self.error("argument 'angle' is required")
