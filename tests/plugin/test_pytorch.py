@@ -250,3 +250,54 @@ def test_plugin_imports_without_touching_torch_at_stoker_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.stdout.strip() == "False"
+
+
+def _batches_source():
+    """A re-iterable source of 3 batches of 2 samples (a fresh pass each epoch)."""
+
+    class Source:
+        def __iter__(self):
+            for k in range(3):
+                yield [np.array([2 * k], np.int32), np.array([2 * k + 1], np.int32)]
+
+    return Source()
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("auto_reset", [False, True])
+def test_external_source_epochs_end_with_the_source_like_dali(auto_reset):
+    dali = pytest.importorskip("nvidia.dali")
+    dali_torch = pytest.importorskip("nvidia.dali.plugin.pytorch")
+
+    def make(pdef, fns):
+        @pdef(batch_size=2, num_threads=1, device_id=None)
+        def pipe():
+            return fns.external_source(source=_batches_source(), batch=True, cycle="raise")
+
+        return pipe()
+
+    def run(cls, pipe):
+        it = cls(pipe, ["x"], auto_reset=auto_reset)
+        epochs = []
+        for _ in range(2):
+            epochs.append([b[0]["x"].reshape(-1).tolist() for b in it])
+            if not auto_reset:
+                it.reset()
+        return epochs
+
+    ours = run(DALIGenericIterator, make(pipeline_def, fn))
+    theirs = run(dali_torch.DALIGenericIterator, make(dali.pipeline_def, dali.fn))
+    assert ours == theirs == [[[0, 1], [2, 3], [4, 5]]] * 2
+
+
+@pytest.mark.gpu
+def test_gpu_outputs_become_cuda_tensors(seven_files):
+    @pipeline_def(batch_size=2, num_threads=1, device_id=0)
+    def pipe():
+        data, label = fn.readers.file(file_root=seven_files, name="Reader")
+        return data.gpu(), label
+
+    it = DALIGenericIterator(pipe(), ["data", "label"], reader_name="Reader")
+    b = next(it)[0]
+    assert b["data"].is_cuda and not b["label"].is_cuda
+    assert b["data"].cpu().reshape(-1).tolist() == [1, 2]
