@@ -81,7 +81,8 @@ class Tensor:
             self._data = data.as_array()
             layout = data.layout() if layout is None else layout
         elif _is_gpu_object(data):
-            self._data = data
+            # stoker's TensorGPU keeps DALI's shape() method; hold the CuPy array underneath.
+            self._data = data.as_array() if hasattr(data, "as_array") else data
         else:
             self._data = to_numpy(data)
         self._layout = layout or ""
@@ -190,8 +191,12 @@ class Batch:
         elif isinstance(data, TensorListCPU) or _is_gpu_object(data) and hasattr(data, "as_cpu"):
             self._tl = data
         elif isinstance(data, (list, tuple)):
-            self._tl = TensorListCPU([_sample_array(x) for x in data],
-                                     layout if layout is not None else _common_layout(data))
+            lay = layout if layout is not None else _common_layout(data)
+            samples = [_sample_array(x) for x in data]
+            if any(_is_gpu_object(x) for x in samples):
+                self._tl = _gpu_list_class()(samples, lay)
+            else:
+                self._tl = TensorListCPU(samples, lay)
         else:
             # A dense array: the first axis is the batch.
             self._tl = TensorListCPU(to_numpy(data) if not _is_gpu_object(data) else data)

@@ -181,11 +181,9 @@ def call(op_name: str, inputs: list, kwargs: dict):
 
     lists = []
     for x in data:
-        if isinstance(x, Batch):
-            lists.append(x.to_tensor_list() if device != "cpu" else x.cpu().to_tensor_list())
-        else:
-            t = x.cpu() if device in ("cpu", "mixed") else x.gpu()
-            lists.append(_broadcast(t, n))
+        # "mixed" operators (GPU decoders) take host inputs; "gpu" ones take device inputs.
+        placed = x.gpu() if device == "gpu" else x.cpu()
+        lists.append(placed.to_tensor_list() if isinstance(placed, Batch) else _broadcast(placed, n))
     arg_inputs = {k: b.to_tensor_list().samples() for k, b in per_sample.items()}
     sources = lists[0].source_info() if lists and hasattr(lists[0], "source_info") else []
     ctx = BatchContext(n, 0, pool=thread_pool(), sources=sources)
@@ -201,9 +199,12 @@ def call(op_name: str, inputs: list, kwargs: dict):
 
 
 def _broadcast(t: Tensor, n: int):
+    """One tensor used for every sample of an n-sample batch (no copies)."""
     if t.device == "cpu":
         return TensorListCPU([t.numpy()] * n, t.layout)
-    return Batch([t] * n).to_tensor_list()
+    from stoker.tensors_gpu import TensorListGPU
+
+    return TensorListGPU([t._data] * n, t.layout)
 
 
 _gpu_contexts: dict = {}

@@ -202,7 +202,7 @@ class DALIRaggedIterator(DALIGenericIterator):
                 rows = torch.cat([torch.full((t.shape[0],), i, dtype=torch.int64) for i, t in enumerate(tensors)])
                 cols = torch.cat([torch.arange(t.shape[0], dtype=torch.int64) for t in tensors])
                 indices = torch.stack([rows, cols]).to(values.device)
-                result[name] = torch.sparse_coo_tensor(indices, values)
+                result[name] = torch.sparse_coo_tensor(indices, values, check_invariants=True)
             else:
                 result[name] = tensors
         return result
