@@ -1,4 +1,4 @@
-"""Generated test images of every supported format (written with Pillow / OpenCV), and a DALI runner."""
+"""Generated test images of every supported format (written with Pillow / OpenCV), and pipeline runners."""
 
 from __future__ import annotations
 
@@ -71,17 +71,6 @@ def make_images() -> dict[str, bytes]:
     files["exif8.webp"] = pil_bytes(rgb, "WEBP", lossless=True, exif=exif_with_orientation(8))
     files["exif6.tiff"] = pil_bytes(rgb, "TIFF", tiffinfo={274: 6})
     return files
-
-
-@pytest.fixture(scope="session")
-def images() -> dict[str, bytes]:
-    return make_images()
-
-
-@pytest.fixture(scope="session")
-def reference_rgb() -> np.ndarray:
-    """The pixels every generated file encodes (losslessly, except JPEG)."""
-    return smooth_image(H, W, 3)
 
 
 def as_u8(b: bytes) -> np.ndarray:

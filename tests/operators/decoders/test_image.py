@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import H, W, as_u8, exif_with_orientation, pil_bytes, run_dali, run_stoker, smooth_image, stored16
+from decoder_helpers import H, W, as_u8, exif_with_orientation, pil_bytes, run_dali, run_stoker, smooth_image, stored16
 
 from stoker import types
 from stoker.errors import OperatorError

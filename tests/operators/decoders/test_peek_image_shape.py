@@ -6,7 +6,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from conftest import as_u8, run_dali, run_stoker
+from decoder_helpers import as_u8, run_dali, run_stoker
 
 from stoker.errors import OperatorError
 from stoker.operators.decoders import formats

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import H, W, as_u8, pil_bytes, run_dali, run_stoker, smooth_image
+from decoder_helpers import H, W, as_u8, pil_bytes, run_dali, run_stoker, smooth_image
 
 from stoker.errors import OperatorError
 from stoker.operators.decoders.cpu import decode_cpu
