@@ -131,6 +131,9 @@ def _decode_info(buf: np.ndarray) -> ImageInfo:
 def _decode_native(buf: np.ndarray, info: ImageInfo, output_type) -> tuple[np.ndarray, str]:
     """Decode to (array HWC in RGB order, "RGB") or, for a direct BGR decode, (array, "BGR")."""
     if info.format == formats.JPEG:
+        if info.cmyk:
+            # Pillow's CMYK -> RGB matches DALI's exactly; OpenCV's rounds one level higher.
+            return _decode_pillow(buf, info), "RGB"
         if info.channels == 1 or output_type == types.GRAY:
             # libjpeg-turbo emits the luma plane directly: no colour conversion at all.
             img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE | _IGNORE)

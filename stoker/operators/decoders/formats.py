@@ -39,6 +39,7 @@ class ImageInfo:
     channels: int
     orientation: int = 1
     bit_depth: int = 8
+    cmyk: bool = False  # a 4-component (CMYK / YCCK) JPEG
 
     @property
     def transposed(self) -> bool:
@@ -121,7 +122,7 @@ def _jpeg_info(data) -> ImageInfo:
             if h == 0 or w == 0:
                 raise ImageFormatError(f"corrupt JPEG: frame header says {w}x{h} pixels")
             channels = 1 if comps == 1 else 3
-            return ImageInfo(JPEG, h, w, channels, orientation, 16 if precision > 8 else 8)
+            return ImageInfo(JPEG, h, w, channels, orientation, 16 if precision > 8 else 8, cmyk=comps == 4)
         elif marker == 0xDA:
             break
         pos += 2 + length

@@ -84,7 +84,8 @@ class ImageDecoder(_ImageDecoderBase):
         name="decoders.image",
         doc="Decodes images to HWC. Formats (found from the data, not the file name): JPEG, PNG, BMP, "
             "TIFF, WebP, JPEG 2000, PNM. 16-bit PNG/TIFF are scaled to the output dtype; EXIF "
-            "orientation is applied unless adjust_orientation=False.",
+            "orientation is applied unless adjust_orientation=False. ANY_DATA keeps the stored channels "
+            "(1 gray, 2 gray + alpha, 3, or 4 with alpha); CMYK JPEGs are converted to RGB.",
         args=list(DECODER_ARGS) + [
             Arg("cache_size", "int", 0, doc="ignored"), Arg("cache_threshold", "int", 0, doc="ignored"),
             Arg("cache_type", "str", "", doc="ignored"), Arg("cache_debug", "bool", False, doc="ignored"),
