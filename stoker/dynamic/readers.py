@@ -30,6 +30,8 @@ from ._invoke import convert_args, thread_pool
 
 __all__ = ["ReaderObject"]
 
+_SAMPLE_CHUNK = 16
+
 
 class _BatchSizeHolder:
     """What a reader asks of its pipeline when it is bound (only the batch size)."""
@@ -122,6 +124,11 @@ class ReaderObject:
             skip = left % size if policy == LastBatchPolicy.DROP else 0
             if skip:
                 counts.append(-skip)  # negative: advance the stream without loading
+        if not batched:
+            # Single samples: read them in chunks so the pool still loads them in parallel.
+            total = sum(counts)
+            full, rest = divmod(total, _SAMPLE_CHUNK)
+            counts = [_SAMPLE_CHUNK] * full + ([rest] if rest else [])
         return self._epoch(counts, batched)
 
     def _epoch_length(self, epoch: int) -> int:

@@ -105,3 +105,14 @@ def test_stick_to_shard_matches_dali_dynamic_mode(seven_files, stick):
     dndd = pytest.importorskip("nvidia.dali.experimental.dynamic")
     kw = dict(file_root=seven_files, num_shards=3, shard_id=2, stick_to_shard=stick)
     assert _labels(ndd, ndd.readers.File(**kw), epochs=4) == _labels(dndd, dndd.readers.File(**kw), epochs=4)
+
+
+def test_single_samples_over_a_shard_and_chunk_boundaries(tmp_path):
+    for k in range(40):
+        d = tmp_path / f"c{k:02d}"
+        d.mkdir()
+        (d / "x.jpg").write_bytes(bytes([k]))
+    reader = ndd.readers.File(file_root=str(tmp_path), num_shards=2, shard_id=1)
+    first = [int(lab.item()) for _, lab in reader.next_epoch()]
+    second = [int(lab.item()) for _, lab in reader.next_epoch()]
+    assert first == list(range(20, 40)) and second == list(range(20))
