@@ -152,4 +152,4 @@ class Crop(LayoutAware):
                              self.args["fill_values"], "crop")
         if self.args["dtype"] is not None and out.dtype != self.args["dtype"]:
             return convert(out, self.args["dtype"])
-        return np.ascontiguousarray(out)
+        return np.array(out, order="C", copy=True)  # a new buffer, never a view of the input

@@ -34,5 +34,5 @@ class Flip(LayoutAware):
             if int(flag or 0) and axis_name in lay:
                 flips.append(lay.index(axis_name))
         if not flips:
-            return img
+            return img.copy()  # outputs never alias inputs
         return np.ascontiguousarray(np.flip(img, axis=flips))

@@ -127,3 +127,12 @@ def test_crop_position_out_of_range_names_the_argument(images, run_stoker):
 
     with pytest.raises(StokerError, match="crop_pos_y"):
         run_stoker("crop", [images["gray"]], crop=(5, 5), crop_pos_y=1.2, out_of_bounds_policy="pad")
+
+
+@pytest.mark.oracle
+def test_volume_flip_and_crop_match_dali(run_stoker, run_dali):
+    vol = np.random.default_rng(3).integers(0, 256, (6, 9, 11, 2), np.uint8)
+    kw = dict(horizontal=0, depthwise=1, vertical=1)
+    assert_close(run_stoker("flip", [vol], "DHWC", **kw), run_dali("flip", [vol], "DHWC", **kw), 0, 0)
+    kw = dict(crop=(3, 4, 5), crop_pos_z=0.8, crop_pos_x=0.3)
+    assert_close(run_stoker("crop", [vol], "DHWC", **kw), run_dali("crop", [vol], "DHWC", **kw), 0, 0)
