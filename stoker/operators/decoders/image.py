@@ -47,7 +47,6 @@ DECODER_ARGS = (
     Arg("split_stages", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("use_chunk_allocator", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("memory_stats", "bool", False, doc="ignored"),
-    Arg("num_threads", "int", None, doc="ignored: stoker uses the pipeline's thread pool"),
 )
 
 _DEVICES = ("cpu", "mixed")
