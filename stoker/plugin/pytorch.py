@@ -26,6 +26,7 @@ __all__ = [
     "StokerGenericIterator",
     "StokerClassificationIterator",
     "StokerRaggedIterator",
+    "feed_ndarray",
     "to_torch",
 ]
 
@@ -96,6 +97,46 @@ def to_torch(batch, name: str = "output", device_id: int | None = None):
             return _array_to_torch(samples[0][np.newaxis])
         return _array_to_torch(np.stack(samples))
     return _array_to_torch(np.asarray(batch))
+
+
+def feed_ndarray(tensor, arr, cuda_stream=None):
+    """Copy a stoker tensor or dense batch into the existing ``torch.Tensor`` ``arr`` (DALI's helper).
+
+    Element type and shape must match. GPU data is copied on ``cuda_stream`` (a ``torch.cuda.Stream``)
+    or on torch's current stream. Returns ``arr``.
+    """
+    torch = _torch()
+    src = to_torch(tensor) if hasattr(tensor, "is_dense_tensor") else None
+    if src is None:
+        if _is_gpu(tensor):
+            src = torch.from_dlpack(tensor)
+        else:
+            src = _array_to_torch(np.asarray(tensor.as_array() if hasattr(tensor, "as_array") else tensor))
+    if src.dtype != arr.dtype:
+        raise TypeError(f"feed_ndarray: the source holds {src.dtype} but the target tensor is {arr.dtype}")
+    if tuple(src.shape) != tuple(arr.shape):
+        raise ValueError(f"feed_ndarray: shapes differ: source {tuple(src.shape)}, target {tuple(arr.shape)}")
+    if arr.is_cuda or src.is_cuda:
+        stream = cuda_stream if cuda_stream is not None else torch.cuda.current_stream(arr.device)
+        with torch.cuda.stream(stream):
+            arr.copy_(src, non_blocking=True)
+    else:
+        arr.copy_(src)
+    return arr
+
+
+def __getattr__(name):
+    # to_torch_type (DALI's table of element types) needs torch: built on first use.
+    if name == "to_torch_type":
+        from stoker import types
+
+        torch = _torch()
+        table = {types.FLOAT: torch.float32, types.FLOAT64: torch.float64, types.FLOAT16: torch.float16,
+                 types.UINT8: torch.uint8, types.INT8: torch.int8, types.BOOL: torch.bool,
+                 types.INT16: torch.int16, types.INT32: torch.int32, types.INT64: torch.int64}
+        globals()["to_torch_type"] = table
+        return table
+    raise AttributeError(f"module 'stoker.plugin.pytorch' has no attribute {name!r}")
 
 
 def _sample_list_to_torch(batch, device_id):

@@ -301,3 +301,31 @@ def test_gpu_outputs_become_cuda_tensors(seven_files):
     b = next(it)[0]
     assert b["data"].is_cuda and not b["label"].is_cuda
     assert b["data"].cpu().reshape(-1).tolist() == [1, 2]
+
+
+def test_feed_ndarray_and_type_table():
+    from stoker import types
+    from stoker.plugin import pytorch as plugin
+    from stoker.tensors import TensorCPU, TensorListCPU
+
+    tl = TensorListCPU([np.full((2, 3), k, np.float32) for k in range(4)])
+    dst = torch.empty((4, 2, 3), dtype=torch.float32)
+    assert plugin.feed_ndarray(tl, dst) is dst
+    np.testing.assert_array_equal(dst.numpy(), np.stack([np.full((2, 3), k) for k in range(4)]))
+    one = torch.zeros((2, 3), dtype=torch.float32)
+    plugin.feed_ndarray(TensorCPU(np.ones((2, 3), np.float32)), one)
+    assert one.sum().item() == 6
+    with pytest.raises(TypeError, match="float32"):
+        plugin.feed_ndarray(tl, torch.empty((4, 2, 3), dtype=torch.int32))
+    with pytest.raises(ValueError, match="shapes"):
+        plugin.feed_ndarray(tl, torch.empty((4, 3, 2), dtype=torch.float32))
+    assert plugin.to_torch_type[types.UINT8] is torch.uint8
+
+
+def test_reset_before_epoch_end_is_ignored(seven_files):
+    it = DALIGenericIterator(_stoker_pipe(seven_files, False), ["data", "label"], reader_name="Reader")
+    next(it)
+    with pytest.warns(UserWarning, match="ignored"):
+        it.reset()
+    rest = [b[0]["label"].reshape(-1).tolist() for b in it]
+    assert rest == [[2, 3], [4, 5], [6, 0]]
