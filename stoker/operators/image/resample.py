@@ -181,17 +181,24 @@ def _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
         out = cv2.resize(np.ascontiguousarray(src), (out_size[1], out_size[0]), interpolation=cv2.INTER_LINEAR)
         return out.reshape(out_size[0], out_size[1], *img.shape[2:])
     support = FILTERS[interp][1]
-    pads = []
+    # Cut the source to the window plus the filter's reach, then repeat edge pixels where the
+    # reach leaves the image: Pillow then never renormalizes at a border, like DALI.
+    cuts, pads, origin = [], [], []
     for d in range(2):
         reach = support * max(1.0, abs(scales[d])) + 2
-        before = int(math.ceil(max(0.0, -min(lo[d], hi[d])) + reach))
-        after = int(math.ceil(max(0.0, max(lo[d], hi[d]) - img.shape[d]) + reach))
-        pads.append((before, after))
-    padded = cv2.copyMakeBorder(np.ascontiguousarray(src), pads[0][0], pads[0][1], pads[1][0], pads[1][1],
-                                cv2.BORDER_REPLICATE)
+        first = int(math.floor(min(lo[d], hi[d]) - reach))
+        last = int(math.ceil(max(lo[d], hi[d]) + reach))
+        a, b = max(first, 0), min(last, img.shape[d])
+        if a >= b:  # window entirely outside: keep the nearest edge row/column
+            a, b = (0, 1) if last <= 0 else (img.shape[d] - 1, img.shape[d])
+        cuts.append(slice(a, b))
+        pads.append((max(0, a - first), max(0, last - b)))
+        origin.append(a - pads[-1][0])
+    part = np.ascontiguousarray(src[cuts[0], cuts[1]])
+    padded = cv2.copyMakeBorder(part, pads[0][0], pads[0][1], pads[1][0], pads[1][1], cv2.BORDER_REPLICATE)
     if padded.ndim == 3 and channels == 1:
         padded = padded[:, :, 0]
     pim = Image.fromarray(padded)
-    box = (lo[1] + pads[1][0], lo[0] + pads[0][0], hi[1] + pads[1][0], hi[0] + pads[0][0])
+    box = (lo[1] - origin[1], lo[0] - origin[0], hi[1] - origin[1], hi[0] - origin[0])
     out = np.asarray(pim.resize((out_size[1], out_size[0]), FILTERS[interp][2], box=box))
     return out.reshape(out_size[0], out_size[1], *img.shape[2:])

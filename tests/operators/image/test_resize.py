@@ -111,7 +111,9 @@ def test_fast_path_equals_exact_weights(images):
     from stoker.operators.image import resample as rs
 
     img = images["noise"]
-    for size, lo, hi in [((30, 41), (0, 0), (61, 83)), ((100, 20), (3.5, 70.2), (50.1, 10.0))]:
+    for size, lo, hi in [((30, 41), (0, 0), (61, 83)), ((100, 20), (3.5, 70.2), (50.1, 10.0)),
+                         ((40, 50), (-20.5, -30), (10, 200)), ((9, 12), (100, 120), (130, 150)),
+                         ((20, 30), (10.2, 11.7), (30.9, 40.1))]:
         interps = [types.INTERP_LINEAR] * 2
         fast = rs._pillow_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(np.uint8))
         exact = rs._matrix_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(np.uint8))
