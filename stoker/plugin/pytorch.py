@@ -81,6 +81,10 @@ def to_torch(batch, name: str = "output", device_id: int | None = None):
     """
     torch = _torch()
     if _is_gpu(batch):
+        if hasattr(batch, "is_dense_tensor") and not batch.is_dense_tensor():
+            raise ValueError(
+                f"iterator: output '{name}' has samples of different shapes ({batch.shape()[:4]}...); "
+                "make them equal (resize, crop, pad) or use DALIRaggedIterator with SPARSE_LIST_TAG")
         dense = batch.as_tensor() if hasattr(batch, "as_tensor") else batch
         dev = _device_index(dense, device_id)
         with torch.cuda.device(dev if dev is not None else 0):

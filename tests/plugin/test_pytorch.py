@@ -336,3 +336,22 @@ def test_reset_before_epoch_end_is_ignored(seven_files):
     with pytest.warns(UserWarning, match="ignored"):  # iter() on a started epoch also tries a reset
         rest = [b[0]["label"].reshape(-1).tolist() for b in it]
     assert rest == [[2, 3], [4, 5], [6, 0]]
+
+
+
+def test_ragged_output_needs_the_ragged_iterator(tmp_path):
+    for k in range(2):
+        (tmp_path / f"c{k}").mkdir()
+        (tmp_path / f"c{k}" / "f.jpg").write_bytes(bytes(range(k + 1)))
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        data, label = fn.readers.file(file_root=str(tmp_path), name="Reader")
+        return data, label
+
+    with pytest.raises(ValueError, match="output 'data' has samples of different shapes"):
+        DALIGenericIterator(pipe(), ["data", "label"], reader_name="Reader")
+    it = DALIRaggedIterator(pipe(), ["data", "label"], reader_name="Reader",
+                            output_types=[DALIRaggedIterator.SPARSE_LIST_TAG, DALIRaggedIterator.DENSE_TAG])
+    b = next(it)[0]
+    assert [t.tolist() for t in b["data"]] == [[0], [0, 1]]
