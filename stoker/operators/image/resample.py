@@ -21,6 +21,7 @@ Paths, fastest first (all follow the model above):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import cv2
@@ -30,6 +31,13 @@ from PIL import Image
 from stoker.types import DALIInterpType
 
 _A = -0.5  # Keys cubic parameter (Catmull-Rom)
+
+# Pillow by default returns every image's memory to the allocator, so each resize
+# faults in fresh pages for its intermediate and output images; keeping a few
+# freed blocks measured about 2x faster for 500x375 -> 224x224. A user's own
+# PILLOW_BLOCKS_MAX setting wins.
+if "PILLOW_BLOCKS_MAX" not in os.environ and Image.core.get_blocks_max() == 0:
+    Image.core.set_blocks_max(8)
 
 
 def _triangle(x):
