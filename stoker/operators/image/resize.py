@@ -101,6 +101,33 @@ class Resize(LayoutAware):
             raise arg_error("resize", "resize_shorter", "cannot be used together with resize_longer")
         if a["max_size"] is not None and any(m < 0 for m in a["max_size"]):
             raise arg_error("resize", "max_size", "must not be negative")
+        if len(self.size_methods(())) > 1:
+            raise arg_error("resize", self.size_methods(())[1], self._methods_message(self.size_methods(())))
+
+    _SEPARATE = ("resize_x", "resize_y", "resize_z")
+
+    def size_methods(self, tensor_args) -> list[str]:
+        """Which ways of giving the output size are used (DALI allows exactly one)."""
+        a = self.args
+        used = []
+        if any(a[k] for k in self._SEPARATE) or any(k in tensor_args for k in self._SEPARATE):
+            used.append("resize_x/resize_y/resize_z")
+        for k in ("size", "resize_shorter", "resize_longer"):
+            if (a[k] is not None and a[k] != 0) or k in tensor_args:
+                used.append(k)
+        return used
+
+    @staticmethod
+    def _methods_message(used) -> str:
+        got = ", ".join(used) if used else "none"
+        return ("give the output size in exactly one way: resize_x/resize_y(/resize_z), size, resize_shorter "
+                f"or resize_longer (got: {got})")
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        used = self.size_methods(arg_inputs)
+        if len(used) != 1:
+            raise arg_error("resize", used[1] if used else "size", self._methods_message(used))
+        return super().run_cpu(batch, inputs, arg_inputs)
 
     def requested(self, args: dict, nd: int) -> list[float]:
         """Requested extents (outermost first) from size / resize_x,y,z."""

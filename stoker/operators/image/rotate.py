@@ -13,14 +13,8 @@ from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
 INTERP = types.DALIInterpType
-_CV_INTERP = {
-    INTERP.INTERP_NN: cv2.INTER_NEAREST,
-    INTERP.INTERP_LINEAR: cv2.INTER_LINEAR,
-    INTERP.INTERP_TRIANGULAR: cv2.INTER_LINEAR,
-    INTERP.INTERP_CUBIC: cv2.INTER_CUBIC,
-    INTERP.INTERP_LANCZOS3: cv2.INTER_LANCZOS4,
-    INTERP.INTERP_GAUSSIAN: cv2.INTER_LINEAR,
-}
+# DALI's rotate offers these two only
+_CV_INTERP = {INTERP.INTERP_NN: cv2.INTER_NEAREST, INTERP.INTERP_LINEAR: cv2.INTER_LINEAR}
 
 
 @register
@@ -38,13 +32,16 @@ class Rotate(LayoutAware):
               Arg("keep_size", "bool", False, doc="keep the input's size (corners are cut)"),
               Arg("size", "float_list", None, tensor=True, doc="output (H, W)"),
               Arg("fill_value", "float", None, doc="value of pixels outside the source"),
-              Arg("interp_type", "interp", INTERP.INTERP_LINEAR, doc="NN or LINEAR (others map to OpenCV's)"),
+              Arg("interp_type", "interp", INTERP.INTERP_LINEAR, doc="INTERP_NN or INTERP_LINEAR"),
               Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
               Arg("output_dtype", "dtype", None, doc="deprecated name of dtype")],
         devices=("cpu",),
     )
 
     def setup(self):
+        if INTERP(int(self.args["interp_type"])) not in _CV_INTERP:
+            raise arg_error("rotate", "interp_type", "only types.INTERP_NN and types.INTERP_LINEAR are supported "
+                            f"(as in DALI), got {self.args['interp_type']!r}")
         if self.args["keep_size"] and self.args["size"] is not None:
             raise arg_error("rotate", "keep_size", "cannot be combined with size")
         self.dtype = self.args["dtype"] if self.args["dtype"] is not None else self.args["output_dtype"]

@@ -157,3 +157,11 @@ def test_resize_speed_vs_opencv(images, capsys):
 def test_volumes_frames_and_many_channels(layout, shape, case, run_stoker, run_dali):
     vol = np.random.default_rng(1).integers(0, 256, shape, np.uint8)
     assert_close(run_stoker("resize", [vol], layout, **case), run_dali("resize", [vol], layout, **case), 0.25, 1)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(size=(3, 4), resize_x=5), dict(resize_shorter=3, size=(4, 4))])
+def test_exactly_one_way_to_give_the_size(kwargs, images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="exactly one way"):
+        run_stoker("resize", [images["gray"]], **kwargs)

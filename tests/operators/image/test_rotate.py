@@ -75,3 +75,10 @@ def test_walkthrough_random_angle(images):
         a = float(np.asarray(angles.at(i)))
         assert -10 <= a < 10
         assert np.asarray(out.at(i)).shape[:2] == rotated_size(77, 131, a)
+
+
+def test_rotate_rejects_filters_dali_lacks(images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="interp_type"):
+        run_stoker("rotate", [images["gray"]], angle=3.0, interp_type=types.INTERP_CUBIC)
