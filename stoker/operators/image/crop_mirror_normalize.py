@@ -46,7 +46,7 @@ class CropMirrorNormalize(LayoutAware):
     def setup(self):
         check_crop_args("crop_mirror_normalize", self.args)
         self.dtype = self.args["output_dtype"] if self.args["output_dtype"] is not None else self.args["dtype"]
-        if self.args["std"] is not None and any(s == 0 for s in self.args["std"]):
+        if self.args.get("std") is not None and any(s == 0 for s in self.args["std"]):
             raise arg_error("crop_mirror_normalize", "std", "must not contain 0")
 
     def run_sample(self, inputs, args, ctx):

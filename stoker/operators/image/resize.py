@@ -110,10 +110,10 @@ class Resize(LayoutAware):
         """Which ways of giving the output size are used (DALI allows exactly one)."""
         a = self.args
         used = []
-        if any(a[k] for k in self._SEPARATE) or any(k in tensor_args for k in self._SEPARATE):
+        if any(a.get(k) for k in self._SEPARATE) or any(k in tensor_args for k in self._SEPARATE):
             used.append("resize_x/resize_y/resize_z")
         for k in ("size", "resize_shorter", "resize_longer"):
-            if (a[k] is not None and a[k] != 0) or k in tensor_args:
+            if (a.get(k) is not None and a.get(k) != 0) or k in tensor_args:
                 used.append(k)
         return used
 

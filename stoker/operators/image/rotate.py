@@ -42,7 +42,7 @@ class Rotate(LayoutAware):
         if INTERP(int(self.args["interp_type"])) not in _CV_INTERP:
             raise arg_error("rotate", "interp_type", "only types.INTERP_NN and types.INTERP_LINEAR are supported "
                             f"(as in DALI), got {self.args['interp_type']!r}")
-        if self.args["keep_size"] and self.args["size"] is not None:
+        if self.args["keep_size"] and self.args.get("size") is not None:
             raise arg_error("rotate", "keep_size", "cannot be combined with size")
         self.dtype = self.args["dtype"] if self.args["dtype"] is not None else self.args["output_dtype"]
 

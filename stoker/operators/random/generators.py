@@ -56,7 +56,7 @@ class Uniform(_Generator):
     )
 
     def setup(self):
-        r = self.args["range"]
+        r = self.args.get("range")
         if r is not None and (len(r) != 2 or r[0] > r[1]):
             raise arg_error("random.uniform", "range", f"must be (lo, hi) with lo <= hi, got {r}")
 

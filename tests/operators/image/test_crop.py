@@ -136,3 +136,13 @@ def test_volume_flip_and_crop_match_dali(run_stoker, run_dali):
     assert_close(run_stoker("flip", [vol], "DHWC", **kw), run_dali("flip", [vol], "DHWC", **kw), 0, 0)
     kw = dict(crop=(3, 4, 5), crop_pos_z=0.8, crop_pos_x=0.3)
     assert_close(run_stoker("crop", [vol], "DHWC", **kw), run_dali("crop", [vol], "DHWC", **kw), 0, 0)
+
+
+@pytest.mark.oracle
+def test_cmn_per_sample_mean_std(images, run_stoker, run_dali):
+    batch = [images["rgb_odd"], images["noise"]]
+    per = {"mean": [np.float32([10, 20, 30]), np.float32([1, 2, 3])],
+           "std": [np.float32([2, 3, 4]), np.float32([5, 5, 5])],
+           "crop_h": [np.float32(20), np.float32(11)], "crop_w": [np.float32(9), np.float32(30)]}
+    assert_close(run_stoker("crop_mirror_normalize", batch, per_sample=per),
+                 run_dali("crop_mirror_normalize", batch, per_sample=per), 1e-4, 1e-4)

@@ -146,3 +146,9 @@ def test_shapes_and_dtypes_match_dali():
     for k, (a, b) in enumerate(zip(ours, theirs)):
         assert [x.shape for x in a] == [y.shape for y in b], f"output {k}"
         assert a[0].dtype == b[0].dtype, f"output {k}: {a[0].dtype} vs DALI's {b[0].dtype}"
+
+
+def test_per_sample_range_from_a_constant_node():
+    runs = _run(lambda f: f.random.uniform(range=f.constant(fdata=[5.0, 6.0])), iterations=2)
+    v = np.concatenate([np.stack(r[0]) for r in runs])
+    assert v.min() >= 5.0 and v.max() < 6.0 and v.std() > 0.2
