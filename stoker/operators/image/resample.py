@@ -11,11 +11,12 @@ outputs round half up and saturate.
 
 Paths, fastest first (all follow the model above):
   * NN: integer gathers.
-  * uint8 images with 1 or 3 channels: Pillow's convolution resampler (which
-    uses the same filters, fixed point, GIL released) on an edge-padded copy,
-    so that its border handling equals edge repetition.
-  * everything else: a weight matrix per axis applied with ``np.tensordot``
-    (float32 BLAS; exact, slower).
+  * 2D images (also per frame) with the triangle, cubic or Lanczos filter:
+    Pillow's convolution resampler (the same filters; GIL released) on an
+    edge-padded cut of the source, so that its border handling equals edge
+    repetition; 8-bit images for uint8 + triangle, else float32 planes.
+  * everything else (volumes, Gaussian, no antialias when shrinking): a weight
+    matrix per axis applied with ``np.tensordot`` (exact, slower).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def resample(img: np.ndarray, spatial_axes: Sequence[int], out_size: Sequence[in
         for d, ax in enumerate(axes):
             out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d]), axis=ax)
         return to_dtype(out, dtype) if out.dtype != dtype else np.ascontiguousarray(out)
-    if len(axes) == 2 and axes[0] > 0 and axes[1] == axes[0] + 1 and img.dtype == np.uint8 == dtype:
+    if len(axes) == 2 and axes[0] > 0 and axes[1] == axes[0] + 1:
         # frames (FHWC ...): resample each 2D image on the fast path
         lead = img.shape[:axes[0]]
         flat = img.reshape(-1, *img.shape[axes[0]:])
@@ -160,53 +161,80 @@ def _matrix_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
 
 
 def _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
-    """uint8 HW / HWC(1, 3 channels) with one Pillow filter; None when it does not apply."""
-    if img.dtype != np.uint8 or dtype != np.uint8 or axes != [0, 1] or img.ndim not in (2, 3):
+    """2D images through Pillow's resampler; None when it does not apply.
+
+    uint8 with the triangle filter: 8-bit "L"/"RGB" images (fastest; the 8-bit
+    intermediate costs at most one level). Otherwise: one float32 "F" image per
+    channel (float intermediate, so overshooting filters such as cubic are not
+    clipped between the passes)."""
+    if axes != [0, 1] or img.ndim not in (2, 3):
         return None
-    channels = 1 if img.ndim == 2 else img.shape[2]
-    if any(i not in (DALIInterpType.INTERP_LINEAR, DALIInterpType.INTERP_TRIANGULAR) for i in interps):
-        return None  # Pillow keeps the intermediate in 8 bits: fine for the triangle, not for filters that overshoot
+    interps = [DALIInterpType.INTERP_LINEAR if i == DALIInterpType.INTERP_TRIANGULAR else i for i in interps]
     interp = interps[0]
-    if interp == DALIInterpType.INTERP_TRIANGULAR:
-        interp = DALIInterpType.INTERP_LINEAR
+    if len(set(interps)) != 1 or FILTERS[interp][2] is None:
+        return None
     scales = [(hi[d] - lo[d]) / out_size[d] for d in range(2)]
     if not antialias and any(abs(s) > 1 for s in scales):
         return None  # Pillow always widens the filter when shrinking
-    if channels not in (1, 3):
-        planes = [_pillow_path(np.ascontiguousarray(img[:, :, c]), axes, out_size, lo, hi, interps,
-                               antialias, dtype) for c in range(channels)]
-        return np.stack(planes, axis=2)
-    src = img
-    lo, hi = list(lo), list(hi)
-    for d in range(2):
-        if lo[d] > hi[d]:  # a flipped region: flip the source instead
-            src = np.flip(src, axis=d)
-            n = img.shape[d]
-            lo[d], hi[d] = n - lo[d], n - hi[d]
-    if interp == DALIInterpType.INTERP_LINEAR and all(s <= 1 for s in scales) and \
-            lo == [0.0, 0.0] and hi == [float(img.shape[0]), float(img.shape[1])]:
+    channels = 1 if img.ndim == 2 else img.shape[2]
+    src, lo, hi = _unflip(img, list(lo), list(hi))
+    eight_bit = img.dtype == np.uint8 and dtype == np.uint8 and interp == DALIInterpType.INTERP_LINEAR
+    if eight_bit and all(s <= 1 for s in scales) and lo == [0.0, 0.0] and \
+            hi == [float(img.shape[0]), float(img.shape[1])]:
         # plain upscale: OpenCV's bilinear is the same filter with the same border rule
         out = cv2.resize(np.ascontiguousarray(src), (out_size[1], out_size[0]), interpolation=cv2.INTER_LINEAR)
         return out.reshape(out_size[0], out_size[1], *img.shape[2:])
-    support = FILTERS[interp][1]
-    # Cut the source to the window plus the filter's reach, then repeat edge pixels where the
-    # reach leaves the image: Pillow then never renormalizes at a border, like DALI.
+    part, box = _window(src, lo, hi, scales, FILTERS[interp][1])
+    size = (out_size[1], out_size[0])
+    method = FILTERS[interp][2]
+    if eight_bit and channels in (1, 3):
+        plane = part[:, :, 0] if part.ndim == 3 and channels == 1 else part
+        out = np.asarray(Image.fromarray(np.ascontiguousarray(plane)).resize(size, method, box=box))
+        return out.reshape(out_size[0], out_size[1], *img.shape[2:])
+    planes = [part] if part.ndim == 2 else [part[:, :, c] for c in range(channels)]
+    outs = []
+    for plane in planes:
+        if eight_bit:
+            outs.append(np.asarray(Image.fromarray(np.ascontiguousarray(plane)).resize(size, method, box=box)))
+            continue
+        f = np.ascontiguousarray(plane, dtype=np.float32)
+        pim = Image.frombuffer("F", (f.shape[1], f.shape[0]), f, "raw", "F", 0, 1)
+        outs.append(np.asarray(pim.resize(size, method, box=box)))
+    out = np.stack(outs, axis=2) if img.ndim == 3 else outs[0]
+    return out if out.dtype == dtype else np.ascontiguousarray(to_dtype(out, dtype))
+
+
+def _unflip(img, lo, hi):
+    """A flipped region (lo > hi) becomes a flipped source with an ordinary region."""
+    src = img
+    for d in range(2):
+        if lo[d] > hi[d]:
+            src = np.flip(src, axis=d)
+            n = img.shape[d]
+            lo[d], hi[d] = n - lo[d], n - hi[d]
+    return src, lo, hi
+
+
+def _window(src, lo, hi, scales, support):
+    """The source cut to the region plus the filter's reach, edge pixels repeated where the
+    reach leaves the image (so Pillow never renormalizes at a border, like DALI), and the
+    region's box in the cut's coordinates."""
     cuts, pads, origin = [], [], []
     for d in range(2):
         reach = support * max(1.0, abs(scales[d])) + 2
         first = int(math.floor(min(lo[d], hi[d]) - reach))
         last = int(math.ceil(max(lo[d], hi[d]) + reach))
-        a, b = max(first, 0), min(last, img.shape[d])
-        if a >= b:  # window entirely outside: keep the nearest edge row/column
-            a, b = (0, 1) if last <= 0 else (img.shape[d] - 1, img.shape[d])
+        a, b = max(first, 0), min(last, src.shape[d])
+        if a >= b:  # region entirely outside: keep the nearest edge row/column
+            a, b = (0, 1) if last <= 0 else (src.shape[d] - 1, src.shape[d])
         cuts.append(slice(a, b))
         pads.append((max(0, a - first), max(0, last - b)))
         origin.append(a - pads[-1][0])
     part = np.ascontiguousarray(src[cuts[0], cuts[1]])
+    if part.dtype not in (np.uint8, np.uint16, np.int16, np.float32, np.float64):
+        part = part.astype(np.float32)
     padded = cv2.copyMakeBorder(part, pads[0][0], pads[0][1], pads[1][0], pads[1][1], cv2.BORDER_REPLICATE)
-    if padded.ndim == 3 and channels == 1:
-        padded = padded[:, :, 0]
-    pim = Image.fromarray(padded)
+    if padded.ndim == 2 and part.ndim == 3:  # OpenCV drops a single channel axis
+        padded = padded[:, :, None]
     box = (lo[1] - origin[1], lo[0] - origin[0], hi[1] - origin[1], hi[0] - origin[0])
-    out = np.asarray(pim.resize((out_size[1], out_size[0]), FILTERS[interp][2], box=box))
-    return out.reshape(out_size[0], out_size[1], *img.shape[2:])
+    return padded, box

@@ -106,19 +106,22 @@ def test_random_resized_crop_is_a_resized_window(images):
     np.testing.assert_array_equal(out, want)
 
 
-def test_fast_path_equals_exact_weights(images):
-    """The Pillow path and the weight-matrix path implement the same filter."""
+@pytest.mark.parametrize("interp,dtype", [(types.INTERP_LINEAR, np.uint8), (types.INTERP_CUBIC, np.uint8),
+                                          (types.INTERP_LANCZOS3, np.float32), (types.INTERP_LINEAR, np.float32)])
+def test_fast_path_equals_exact_weights(interp, dtype, images):
+    """The Pillow paths and the weight-matrix path implement the same filter."""
     from stoker.operators.image import resample as rs
 
-    img = images["noise"]
+    img = images["noise"].astype(dtype)
     for size, lo, hi in [((30, 41), (0, 0), (61, 83)), ((100, 20), (3.5, 70.2), (50.1, 10.0)),
                          ((40, 50), (-20.5, -30), (10, 200)), ((9, 12), (100, 120), (130, 150)),
                          ((20, 30), (10.2, 11.7), (30.9, 40.1))]:
-        interps = [types.INTERP_LINEAR] * 2
-        fast = rs._pillow_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(np.uint8))
-        exact = rs._matrix_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(np.uint8))
-        assert fast is not None
-        assert np.abs(fast.astype(int) - exact.astype(int)).max() <= 1
+        interps = [interp] * 2
+        fast = rs._pillow_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(dtype))
+        exact = rs._matrix_path(img, [0, 1], size, list(lo), list(hi), interps, True, np.dtype(dtype))
+        assert fast is not None and fast.dtype == exact.dtype
+        tol = 1 if dtype == np.uint8 else 1e-3
+        assert np.abs(fast.astype(float) - exact.astype(float)).max() <= tol
 
 
 def test_constant_image_stays_constant():
