@@ -78,9 +78,11 @@ def axis_filter(interp: DALIInterpType, scale: float, antialias: bool) -> tuple:
     return func, support, abs(scale) if widen else 1.0
 
 
-def weight_matrix(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpType,
-                  antialias: bool) -> np.ndarray:
-    """Dense (n_out, n_in) float32 matrix of normalized resampling weights for one axis."""
+def axis_taps(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpType,
+              antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices (clamped to the image) and normalized weights, both (n_out, k):
+    output pixel j of this axis is ``sum(w[j] * src[idx[j]])``. A GPU kernel can
+    take these tables as they are."""
     scale = (hi - lo) / n_out
     func, support, fs = axis_filter(interp, scale, antialias)
     centres = lo + (np.arange(n_out) + 0.5) * scale
@@ -91,10 +93,15 @@ def weight_matrix(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInter
     w = func((taps + 0.5 - centres[:, None]) / fs)
     total = w.sum(1, keepdims=True)
     total[total == 0] = 1.0
-    w = w / total
+    return np.clip(taps, 0, n_in - 1), (w / total)
+
+
+def weight_matrix(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpType,
+                  antialias: bool) -> np.ndarray:
+    """Dense (n_out, n_in) float32 matrix of normalized resampling weights for one axis."""
+    idx, w = axis_taps(n_in, n_out, lo, hi, interp, antialias)
     m = np.zeros((n_out, n_in), np.float64)
-    rows = np.repeat(np.arange(n_out), k)
-    np.add.at(m, (rows, np.clip(taps, 0, n_in - 1).ravel()), w.ravel())
+    np.add.at(m, (np.repeat(np.arange(n_out), idx.shape[1]), idx.ravel()), w.ravel())
     return m.astype(np.float32)
 
 
@@ -155,8 +162,18 @@ def _matrix_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
         if interp == DALIInterpType.INTERP_NN:
             out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d]), axis=ax)
             continue
-        m = weight_matrix(img.shape[ax], out_size[d], lo[d], hi[d], interp, antialias)
-        out = np.moveaxis(np.tensordot(m, out, axes=([1], [ax])), 0, ax)
+        n_in = img.shape[ax]
+        idx, w = axis_taps(n_in, out_size[d], lo[d], hi[d], interp, antialias)
+        if 4 * idx.shape[1] < n_in:  # few taps: gather and accumulate, O(taps) per output
+            shape = [1] * out.ndim
+            shape[ax] = out_size[d]
+            acc = np.zeros(out.shape[:ax] + (out_size[d],) + out.shape[ax + 1:], np.float32)
+            for t in range(idx.shape[1]):
+                acc += np.take(out, idx[:, t], axis=ax) * w[:, t].astype(np.float32).reshape(shape)
+            out = acc
+        else:
+            m = weight_matrix(n_in, out_size[d], lo[d], hi[d], interp, antialias)
+            out = np.moveaxis(np.tensordot(m, out, axes=([1], [ax])), 0, ax)
     return np.ascontiguousarray(to_dtype(out, dtype))
 
 
