@@ -10,7 +10,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
-from stoker.operators.image.crop import LayoutAware
+from stoker.operators.image.crop import LayoutAware, spatial_axes_of
 from stoker.operators.image.geometry import RESIZE_MODES, resize_plan
 from stoker.operators.image.resample import resample
 from stoker.operators.random.crop_window import sample_crop_window
@@ -29,22 +29,6 @@ _FILTER_ARGS = [
     Arg("temp_buffer_hint", "int", 0, doc="accepted for compatibility; ignored"),
     Arg("minibatch_size", "int", 32, doc="accepted for compatibility; ignored"),
 ]
-
-
-def spatial_axes(layout: str, ndim: int, op: str) -> list[int]:
-    """Positions of the D/H/W axes of a sample (layout-less: HW, HWC or DHWC by rank)."""
-    if layout:
-        axes = [i for i, ch in enumerate(layout) if ch in "DHW"]
-        if len(layout) != ndim or not axes:
-            raise ValueError(f"{op}: cannot find spatial axes in layout {layout!r} of a {ndim}D sample")
-        return axes
-    if ndim == 2:
-        return [0, 1]
-    if ndim == 3:
-        return [0, 1]
-    if ndim == 4:
-        return [0, 1, 2]
-    raise ValueError(f"{op}: expected an HW, HWC or DHWC sample, got {ndim} dimensions")
 
 
 def _filters(args: dict) -> tuple:
@@ -143,7 +127,7 @@ class Resize(LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes = spatial_axes(self.layout_of(args), img.ndim, "resize")
+        axes, _ = spatial_axes_of(self.layout_of(args), img.ndim)
         in_size = [img.shape[a] for a in axes]
         if min(in_size) < 1:
             raise self.error(f"cannot resize an empty sample of shape {img.shape}")
@@ -205,7 +189,7 @@ class RandomResizedCrop(LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes = spatial_axes(self.layout_of(args), img.ndim, "random_resized_crop")
+        axes, _ = spatial_axes_of(self.layout_of(args), img.ndim)
         if len(axes) != 2:
             raise self.error(f"expects 2D images, got a sample of shape {img.shape}")
         h, w = img.shape[axes[0]], img.shape[axes[1]]
