@@ -63,8 +63,11 @@ class CropMirrorNormalize(LayoutAware):
                                  "crop_mirror_normalize")
             else:
                 fill_out = (anchors, extents)  # pad after normalizing: fill values are output values
-        x = img.astype(np.float32)
         nch = img.shape[ch] if ch is not None else 1
+        fast = self._fast_hwc_to_chw(img, args, layout, nch, fill_out)
+        if fast is not None:
+            return fast
+        x = img.astype(np.float32)
         mean = self._per_channel(args.get("mean"), nch, "mean", x.ndim, ch)
         std = self._per_channel(args.get("std"), nch, "std", x.ndim, ch)
         scale = np.float32(self.args["scale"])
@@ -83,6 +86,27 @@ class CropMirrorNormalize(LayoutAware):
         if out_layout != layout and sorted(out_layout) == sorted(layout):
             x = np.transpose(x, [layout.index(c) for c in out_layout])
         return np.ascontiguousarray(to_dtype(x, self.dtype))
+
+    def _fast_hwc_to_chw(self, img, args, layout, nch, fill_out):
+        """The training-pipeline case (HWC uint8 in, float CHW out) without temporaries:
+        one fused multiply-add per channel plane, written straight into the CHW output.
+        Returns None when the case does not apply."""
+        if (layout != "HWC" or img.dtype != np.uint8 or fill_out is not None or self.args["pad_output"]
+                or (self.args["output_layout"] or layout) != "CHW" or self.dtype not in (np.float32, np.float16)):
+            return None
+        mean = np.asarray(args.get("mean") if args.get("mean") is not None else [0.0], np.float32).reshape(-1)
+        std = np.asarray(args.get("std") if args.get("std") is not None else [1.0], np.float32).reshape(-1)
+        if mean.size not in (1, nch) or std.size not in (1, nch):
+            return None
+        mul = np.broadcast_to(np.float32(self.args["scale"]) / std, (nch,))
+        add = np.broadcast_to(np.float32(self.args["shift"]) - mean * mul, (nch,))
+        if int(args.get("mirror") or 0):
+            img = img[:, ::-1]
+        out = np.empty((nch, img.shape[0], img.shape[1]), np.float32)
+        for c in range(nch):
+            np.multiply(img[:, :, c], mul[c], out=out[c], dtype=np.float32)
+            out[c] += add[c]
+        return out if self.dtype == np.float32 else out.astype(self.dtype)
 
     def _per_channel(self, value, nch, name, ndim, ch):
         vals = np.asarray(value if value is not None else [0.0 if name == "mean" else 1.0],
