@@ -39,3 +39,6 @@ def load_all() -> None:
         except ModuleNotFoundError as e:
             if e.name != mod:
                 raise
+    from stoker.operators import gpu_registry
+
+    gpu_registry.load_gpu_impls()  # GPU placements and host-preparation steps of the operators above

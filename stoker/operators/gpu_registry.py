@@ -30,12 +30,18 @@ GPU_MODULES = (
 _loaded = False
 
 
-def register_gpu(name: str, devices: tuple[str, ...] = ("gpu",)):
-    """Decorator: ``fn`` is the GPU implementation of operator ``name`` (placed on ``devices``)."""
+def register_gpu(name: str, devices: tuple[str, ...] = ("gpu",), prepare: Callable | None = None):
+    """Decorator: ``fn`` is the GPU implementation of operator ``name`` (placed on ``devices``).
+
+    ``prepare(op, ctx, inputs, arg_inputs)``, if given, is host-only work the
+    executor runs in the CPU stage (overlapping the previous GPU stage); its
+    result reaches ``fn`` as ``batch.prepared``.
+    """
 
     def deco(fn):
         _GPU_IMPLS[name] = fn
         fn.stoker_devices = devices
+        fn.stoker_prepare = prepare
         return fn
 
     return deco
@@ -63,6 +69,18 @@ def load_gpu_impls() -> None:
         missing = tuple(d for d in fn.stoker_devices if d not in cls.schema.devices)
         if missing:
             cls.schema.devices = tuple(cls.schema.devices) + missing
+        if fn.stoker_prepare is not None and "prepare_host" not in cls.__dict__:
+            cls.prepare_host = _prepare_method(fn.stoker_prepare)
+
+
+def _prepare_method(prepare):
+    def prepare_host(self, batch, inputs, arg_inputs):
+        """Host-side preparation of the GPU implementation (see ``register_gpu``)."""
+        if self.device not in ("gpu", "mixed"):
+            return None
+        return prepare(self, batch, inputs, arg_inputs)
+
+    return prepare_host
 
 
 def lookup(name: str) -> Callable | None:
@@ -130,5 +148,3 @@ def sample_geometry(arr):
 def grid_for(max_pixels: int, n: int, block: int = 256):
     return ((max(1, max_pixels) + block - 1) // block, n, 1), (block, 1, 1)
 
-
-load_gpu_impls()  # this module is imported last by stoker.operators.load_all

@@ -163,6 +163,7 @@ class Executor:
                 self._run_node(node, it, gpu=False)
             if it.dropped:
                 self._repair(it)
+            self._prepare_gpu_nodes(it)
             it.state = self.graph.source_state(it.index + 1)
         except StopIteration as e:
             self._ended = True
@@ -233,6 +234,28 @@ class Executor:
         for r in it.reports:
             _log.warning("stoker: %s sample %s at iteration %d (%s: %s)", r["action"], r["source"] or "?",
                          r["iteration"], r["operator"], r["reason"])
+
+    def _prepare_gpu_nodes(self, it: Iteration) -> None:
+        """Host-side work of GPU-stage operators fed only by host data (a mixed decoder parsing
+        headers and drawing crop windows), done here so that it overlaps the previous GPU stage.
+        The operator gets the result as ``ctx.prepared`` in ``run_gpu``."""
+        for node in self.graph.gpu_nodes:
+            inst = self.graph.instances[node.id]
+            prep = getattr(inst, "prepare_host", None)
+            keys = [(x.source.id, x.index) for x in [*node.inputs, *node.arg_inputs.values()]]
+            if prep is None or not all(k in it.values for k in keys):
+                continue
+            inputs = [it.values[k] for k in keys[:len(node.inputs)]]
+            arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
+            sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
+            ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
+                               sources=sources, device_id=self.gpu.device_id if self.gpu else None)
+            try:
+                it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
+            except (OperatorError, StopIteration):
+                raise
+            except Exception as e:
+                raise _annotate(e, node) from e
 
     def _run_node(self, node, it: Iteration, gpu: bool) -> None:
         inst = self.graph.instances[node.id]

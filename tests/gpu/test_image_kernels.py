@@ -64,8 +64,8 @@ def test_resize_matches_cpu_resampler(batch_ctx, make_images, cp):
     batch_ctx.stream.synchronize()
     for im, o in zip(imgs, outs):
         rp = resize_plan(im.shape[:2], (0, 0), resize_shorter=31)
-        want = resample.resample(im, (0, 1), rp.out_size, rp.lo, rp.hi, DALIInterpType.INTERP_LINEAR,
-                                 DALIInterpType.INTERP_LINEAR, True, np.uint8)
+        want = resample.resample(im, (0, 1), rp.out_size, rp.lo, rp.hi, min_filter=DALIInterpType.INTERP_LINEAR,
+                                 mag_filter=DALIInterpType.INTERP_LINEAR, antialias=True, dtype=np.uint8)
         assert np.abs(o.get().astype(int) - want.astype(int)).max() <= 1
 
 
