@@ -94,6 +94,11 @@ class Executor:
             self._out.put(it)
 
     @property
+    def ended(self) -> bool:
+        """True once a source raised StopIteration (until drain())."""
+        return self._ended
+
+    @property
     def pending(self) -> int:
         return self._pending
 

@@ -303,8 +303,12 @@ class Pipeline:
         return self.outputs()
 
     def reset(self) -> None:
-        """After StopIteration from an external source: discard pending work and start the next epoch."""
-        if not self._built:
+        """After StopIteration from an external source: discard pending work and start the next epoch.
+
+        Does nothing while the data has not ended (as DALI), so batches already
+        prepared are never lost by a reset in mid-stream.
+        """
+        if not self._built or not self._executor.ended:
             return
         self._executor.drain()
         for node in self._graph.source_nodes:

@@ -212,3 +212,19 @@ def test_types_roundtrip():
         assert types.to_dali_type(types.to_numpy_type(t)) == t
     assert str(types.FLOAT) == "DALIDataType.FLOAT"
     assert stoker.__version__
+
+
+def test_reset_in_mid_stream_loses_no_batch():
+    batches = iter(range(100))
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=3)
+    def p():
+        return fn.external_source(source=lambda: [np.array([next(batches)], np.int32)])
+
+    pipe = p()
+    pipe.build()
+    got = [int(pipe.run()[0].at(0)[0])]
+    pipe.reset()  # the source has not ended: nothing is discarded
+    got += [int(pipe.run()[0].at(0)[0]) for _ in range(3)]
+    assert got == [0, 1, 2, 3]
+    pipe.close()
