@@ -132,8 +132,13 @@ class Operator:
         return [guarded(i) for i in range(n)]
 
     def run_gpu(self, batch: BatchContext, inputs: list, arg_inputs: dict[str, list]) -> list:
-        """Compute a batch on the GPU (inputs are TensorListGPU, or TensorListCPU for "mixed")."""
-        raise NotImplementedError(f"{self.schema.name} has no GPU implementation")
+        """Compute a batch on the GPU (inputs are TensorListGPU, or TensorListCPU for "mixed").
+
+        Default: the function registered in ``stoker.operators.gpu_registry``.
+        """
+        from stoker.operators import gpu_registry
+
+        return gpu_registry.run_gpu(self, batch, inputs, arg_inputs)
 
     # --- helpers ------------------------------------------------------------
     parallel_samples = True  # False for operators whose samples must run in order
