@@ -43,3 +43,118 @@ def epoch_generator(seed: int, epoch: int) -> np.random.Generator:
     key = np.array([seed & _MASK64, 0x5EED], dtype=np.uint64)
     counter = np.array([0, 0, 0, epoch & _MASK64], dtype=np.uint64)
     return np.random.Generator(np.random.Philox(key=key, counter=counter))
+
+
+# --- the per-sample stream ------------------------------------------------------
+#
+# Making a NumPy Philox Generator costs ~30 us, which is most of a sample's
+# Python budget on a GPU pipeline (the GIL is shared with the decoder). A
+# sample's stream is therefore a SplitMix64 hash of (sample key, draw counter):
+# the k-th value of a sample is mix(key + k * GOLDEN), a pure function of
+# (seed, operator, iteration, sample, k). SplitMix64 over a Weyl sequence is a
+# well-tested counter-based generator (Steele et al., 2014). The same values can
+# be computed for a whole batch at once with NumPy (batch_uniforms), so
+# vectorized operators and per-sample code agree exactly.
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def _mix64(x: int) -> int:
+    x &= _MASK64
+    x = ((x ^ (x >> 30)) * _M1) & _MASK64
+    x = ((x ^ (x >> 27)) * _M2) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _mix64_np(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(_M1)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(_M2)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def sample_key(op_seed: int, iteration: int, sample: int) -> int:
+    """The 64-bit key of one sample's stream."""
+    return _mix64(_mix64(_mix64(op_seed) ^ (iteration & _MASK64)) + (sample & _MASK64) * _GOLDEN)
+
+
+def batch_uniforms(op_seed: int, iteration: int, samples, count: int) -> np.ndarray:
+    """Uniform [0, 1) values: row i holds the first ``count`` draws of sample ``samples[i]``.
+
+    Equal, value for value, to ``SampleRNG(...).random()`` called ``count`` times.
+    """
+    base = _mix64(_mix64(op_seed) ^ (iteration & _MASK64))
+    idx = np.asarray(samples, dtype=np.uint64).reshape(-1, 1)
+    with np.errstate(over="ignore"):
+        keys = _mix64_np(np.uint64(base) + idx * np.uint64(_GOLDEN))
+        counters = keys + np.arange(1, count + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN)
+    return (_mix64_np(counters) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+class SampleRNG:
+    """A cheap counter-based generator with the subset of ``numpy.random.Generator`` that
+    operators use: ``random``, ``uniform``, ``integers``, ``normal``, ``choice``."""
+
+    __slots__ = ("_key", "_n")
+
+    def __init__(self, op_seed: int, iteration: int, sample: int):
+        self._key = sample_key(op_seed, iteration, sample)
+        self._n = 0
+
+    def _next(self) -> float:
+        self._n += 1
+        return (_mix64(self._key + self._n * _GOLDEN) >> 11) * (1.0 / (1 << 53))
+
+    def _block(self, count: int) -> np.ndarray:
+        counters = np.arange(self._n + 1, self._n + count + 1, dtype=np.uint64)
+        self._n += count
+        with np.errstate(over="ignore"):
+            x = np.uint64(self._key) + counters * np.uint64(_GOLDEN)
+        return (_mix64_np(x) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+    def random(self, size=None):
+        if size is None:
+            return self._next()
+        shape = (size,) if np.isscalar(size) else tuple(size)
+        return self._block(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        u = self.random(size)
+        return low + (high - low) * u
+
+    def integers(self, low, high=None, size=None, endpoint=False):
+        if high is None:
+            low, high = 0, low
+        span = high - low + (1 if endpoint else 0)
+        u = self.random(size)
+        if size is None:
+            return int(low + min(int(u * span), span - 1))
+        return (low + np.minimum((u * span).astype(np.int64), span - 1)).astype(np.int64)
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        count = 1 if size is None else int(np.prod((size,) if np.isscalar(size) else size, dtype=np.int64))
+        u1 = self._block(count)
+        u2 = self._block(count)
+        z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller; 1-u1 > 0
+        z = loc + scale * z
+        if size is None:
+            return float(z[0])
+        return z.reshape((size,) if np.isscalar(size) else tuple(size))
+
+    def choice(self, a, size=None, replace=True, p=None):
+        values = np.arange(a) if np.isscalar(a) else np.asarray(a)
+        n = values.shape[0]
+        u = self.random(size)
+        if p is None:
+            idx = np.minimum((np.asarray(u) * n).astype(np.int64), n - 1)
+        else:
+            cdf = np.cumsum(np.asarray(p, dtype=np.float64))
+            idx = np.minimum(np.searchsorted(cdf / cdf[-1], u, side="right"), n - 1)
+        picked = values[idx]
+        return picked.item() if size is None and np.ndim(picked) == 0 else picked

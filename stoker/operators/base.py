@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from stoker.errors import OperatorError, SampleError, StokerError
-from stoker.random_state import batch_generator, sample_generator
+from stoker.random_state import SampleRNG, batch_generator
 from stoker.tensors import TensorListCPU
 
 
@@ -52,12 +52,14 @@ class SampleContext:
     iteration: int
     op_seed: int
     source: str = ""
-    _rng: np.random.Generator | None = field(default=None, repr=False)
+    _rng: SampleRNG | None = field(default=None, repr=False)
 
     @property
-    def rng(self) -> np.random.Generator:
+    def rng(self) -> SampleRNG:
+        """This sample's counter-based stream (NumPy Generator-like: random, uniform, integers,
+        normal, choice)."""
         if self._rng is None:
-            self._rng = sample_generator(self.op_seed, self.iteration, self.index)
+            self._rng = SampleRNG(self.op_seed, self.iteration, self.index)
         return self._rng
 
 

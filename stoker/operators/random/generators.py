@@ -20,6 +20,8 @@ from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
+from stoker.random_state import batch_uniforms
+from stoker.tensors import TensorListCPU
 
 _SHAPE = Arg("shape", "int_list", None, tensor=True, doc="shape of each sample (default: a scalar)")
 
@@ -34,8 +36,21 @@ def _shape(inputs, args) -> tuple[int, ...]:
 
 
 class _Generator(Operator):
+    draws_per_sample = 1  # uniforms one scalar sample consumes (for the vectorized path)
+
     def output_layouts(self, input_layouts):
         return [""]
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        # The common case (no input, no per-sample arguments, scalar samples) in one NumPy
+        # call over the batch: the same values as run_sample, without per-sample Python.
+        if inputs or arg_inputs or self.args.get("shape") not in (None, []) or not hasattr(self, "vectorized"):
+            return super().run_cpu(batch, inputs, arg_inputs)
+        n = batch.batch_size
+        u = batch_uniforms(self.op_seed, batch.iteration, np.arange(batch.index_offset, batch.index_offset + n),
+                           self.draws_per_sample)
+        values = self.vectorized(u)
+        return [TensorListCPU([v.reshape(()) for v in values], "")]
 
 
 @register
@@ -73,6 +88,18 @@ class Uniform(_Generator):
             return np.floor(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
         return np.asarray(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
 
+    def vectorized(self, u):
+        dtype = self.args["dtype"]
+        u = u[:, 0]
+        if self.args.get("values") is not None:
+            vals = np.asarray(self.args["values"], np.float64).reshape(-1)
+            if vals.size == 0:
+                raise arg_error("random.uniform", "values", "is empty")
+            return vals[np.minimum((u * vals.size).astype(np.int64), vals.size - 1)].astype(dtype)
+        lo, hi = (float(v) for v in np.asarray(self.args["range"], np.float64).reshape(-1)[:2])
+        x = lo + (hi - lo) * u
+        return (np.floor(x) if np.dtype(dtype).kind in "iu" else x).astype(dtype)
+
 
 @register
 class Normal(_Generator):
@@ -94,6 +121,18 @@ class Normal(_Generator):
         if std < 0:
             raise self.error(f"argument 'stddev' must not be negative, got {std}")
         x = ctx.rng.normal(float(args.get("mean")), std, size=_shape(inputs, args))
+        return self._to_dtype(x)
+
+    draws_per_sample = 2
+
+    def vectorized(self, u):
+        std = float(self.args["stddev"])
+        if std < 0:
+            raise arg_error("random.normal", "stddev", f"must not be negative, got {std}")
+        z = np.sqrt(-2.0 * np.log1p(-u[:, 0])) * np.cos(2.0 * np.pi * u[:, 1])  # as SampleRNG.normal
+        return self._to_dtype(float(self.args["mean"]) + std * z)
+
+    def _to_dtype(self, x):
         dtype = np.dtype(self.args["dtype"])
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
@@ -121,6 +160,12 @@ class CoinFlip(_Generator):
         if not 0.0 <= p <= 1.0:
             raise self.error(f"argument 'probability' must be in [0, 1], got {p}")
         return (ctx.rng.random(size=_shape(inputs, args)) < p).astype(self.args["dtype"])
+
+    def vectorized(self, u):
+        p = float(self.args["probability"])
+        if not 0.0 <= p <= 1.0:
+            raise arg_error("random.coin_flip", "probability", f"must be in [0, 1], got {p}")
+        return (u[:, 0] < p).astype(self.args["dtype"])
 
 
 @register

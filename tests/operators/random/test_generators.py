@@ -152,3 +152,22 @@ def test_per_sample_range_from_a_constant_node():
     runs = _run(lambda f: f.random.uniform(range=f.constant(fdata=[5.0, 6.0])), iterations=2)
     v = np.concatenate([np.stack(r[0]) for r in runs])
     assert v.min() >= 5.0 and v.max() < 6.0 and v.std() > 0.2
+
+
+@pytest.mark.parametrize("op,kwargs", [("uniform", {"range": (-3.0, 5.0)}), ("uniform", {"values": [1.0, 4.0, 9.0]}),
+                                       ("uniform", {"range": (0, 10), "dtype": types.INT32}),
+                                       ("normal", {"mean": 2.0, "stddev": 3.0}), ("coin_flip", {"probability": 0.3})])
+def test_vectorized_batch_path_equals_per_sample_path(op, kwargs):
+    """The whole-batch NumPy path gives exactly the values of the per-sample path."""
+    from stoker.operators.base import BatchContext, SampleContext
+    from stoker.operators.schema import get_operator
+
+    cls = get_operator(f"random.{op}")
+    schema_args = {a.name: a.convert(cls.schema.name, a.default) for a in cls.schema.all_args()}
+    schema_args.update({k: cls.schema.arg(k).convert(cls.schema.name, v) for k, v in kwargs.items()})
+    inst = cls(schema_args, "cpu", op_seed=1234)
+    batch = BatchContext(16, iteration=5, index_offset=3)
+    (fast,) = inst.run_cpu(batch, [], {})
+    slow = [inst.run_sample((), schema_args, SampleContext(3 + i, 5, 1234)) for i in range(16)]
+    np.testing.assert_array_equal(np.stack(fast.samples()), np.stack(slow))
+    assert fast.samples()[0].dtype == slow[0].dtype
