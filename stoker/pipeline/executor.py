@@ -17,7 +17,9 @@ iteration i runs on the GPU and the user's training step runs in Python.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +73,15 @@ class Executor:
         self._threads: list[threading.Thread] = []
         self._pending = 0
         self._lock = threading.Lock()
+        # With a mixed (nvImageCodec) decoder the CPU and GPU stages take turns instead of
+        # overlapping: the decoder's Python binding hands the GIL back and forth per image, and a
+        # busy CPU stage beside it makes every hand-over wait. Measured on an H100 (training
+        # pipeline, batch 256): 2,534 img/s overlapped, 4,394 img/s taking turns; the decode
+        # call itself took 84 vs 21 ms per batch. STOKER_SERIAL_STAGES=0/1 overrides.
+        env = os.environ.get("STOKER_SERIAL_STAGES")
+        serial = env == "1" if env is not None else any(
+            n.device == "mixed" and n.op_name.startswith("decoders.") for n in graph.gpu_nodes)
+        self._stage_lock = threading.Lock() if serial else contextlib.nullcontext()
         if asynchronous:
             self._in: queue.Queue = queue.Queue()
             has_gpu = bool(graph.gpu_nodes)
@@ -147,7 +158,8 @@ class Executor:
             if it is _STOP:
                 self._mid.put(_STOP)
                 return
-            self._run_cpu_stage(it)
+            with self._stage_lock:
+                self._run_cpu_stage(it)
             self._mid.put(it)
 
     def _gpu_worker(self):
@@ -155,7 +167,8 @@ class Executor:
             it = self._mid.get()
             if it is _STOP:
                 return
-            self._run_gpu_stage(it)
+            with self._stage_lock:
+                self._run_gpu_stage(it)
             self._out.put(it)
 
     def _run_cpu_stage(self, it: Iteration) -> None:

@@ -165,15 +165,12 @@ class FileReader(Reader):
     def load(self, ref) -> tuple:
         path = self.full_paths[ref]
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                data = np.empty(size, dtype=np.uint8)
-                got = f.readinto(memoryview(data))
+            with open(path, "rb", buffering=0) as f:
+                raw = f.read()
         except OSError as e:
             raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
-        if got != size:
-            data = data[:got]
-        return data, self.labels[ref:ref + 1].copy()
+        # A read-only view of the bytes object: no second copy (encoded data is never written).
+        return np.frombuffer(raw, dtype=np.uint8), self.labels[ref:ref + 1].copy()
 
     def source_of(self, ref) -> str:
         return self.paths[ref]
