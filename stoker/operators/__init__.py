@@ -8,22 +8,26 @@ looked up.
 from __future__ import annotations
 
 import importlib
+import os
+import pkgutil
 
-# Modules that register operators. A new operator module is added here.
-OPERATOR_MODULES = (
-    "stoker.operators.readers.file",
-    "stoker.operators.readers.external_source",
-    "stoker.operators.decoders.image",
-    "stoker.operators.random.generators",
-    "stoker.operators.image.resize",
-    "stoker.operators.image.crop",
-    "stoker.operators.image.crop_mirror_normalize",
-    "stoker.operators.image.flip",
-    "stoker.operators.image.rotate",
-    "stoker.operators.tensor.basic",
-    "stoker.operators.math.arithmetic",
-    "stoker.operators.transfer",
-)
+# Modules that are not operator families (no registrations of their own).
+_NOT_OPERATORS = {"base", "schema", "gpu_registry"}
+
+
+def operator_modules() -> list[str]:
+    """Every module under stoker/operators/ that may register operators, found on disk:
+    adding an operator is adding a file (private ``_x`` and GPU ``gpu_x`` modules are skipped;
+    the GPU ones are loaded by ``gpu_registry``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = []
+    for info in pkgutil.walk_packages([here], prefix=__name__ + "."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if info.ispkg or leaf.startswith(("_", "gpu_")) or leaf in _NOT_OPERATORS:
+            continue
+        names.append(info.name)
+    return sorted(names)
+
 
 _loaded = False
 
@@ -33,12 +37,8 @@ def load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    for mod in OPERATOR_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    for mod in operator_modules():
+        importlib.import_module(mod)
     from stoker.operators import gpu_registry
 
-    gpu_registry.load_gpu_impls()  # GPU placements and host-preparation steps of the operators above
+    gpu_registry.load_gpu_impls()  # GPU placements and host-preparation steps of the operators
