@@ -33,8 +33,15 @@ def namespace_getattr(prefix: str):
         if name.startswith("__"):
             raise AttributeError(name)
         full = prefix + name
-        if full in registered():
+        ops = registered()
+        if full in ops:
             return make_fn(full)
+        if any(k.startswith(full + ".") for k in ops):  # a nested namespace: fn.noise, fn.transforms
+            import types
+
+            sub = types.ModuleType(f"stoker.fn.{full}")
+            sub.__getattr__ = namespace_getattr(full + ".")
+            return sub
         raise AttributeError(f"stoker.fn has no operator {full!r}")
 
     return __getattr__
