@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from stoker.errors import PipelineBuildError, arg_error
+from stoker.errors import arg_error
 from stoker.operators.base import BatchContext
-from stoker.operators.schema import REQUIRED, get_operator
+from stoker.operators.schema import get_operator
 from stoker.pipeline.data_node import user_origin
 from stoker.tensors import TensorListCPU
 
@@ -92,29 +92,14 @@ def _place(op_name: str, schema, requested: str | None, any_gpu_input: bool) -> 
 
 def convert_args(op_name: str, schema, kwargs: dict) -> tuple[dict, dict]:
     """Static arguments (converted, defaults filled) and per-sample arguments (as Batches)."""
-    static, per_sample = {}, {}
+    plain = {}
     for key, value in kwargs.items():
-        spec = schema.arg(key)
-        if spec is None and not schema.allow_unknown_args:
-            known = ", ".join(sorted(a.name for a in schema.all_args() if a.name != "device"))
-            raise PipelineBuildError(f"{op_name}: unknown argument '{key}'. Known arguments: {known}")
-        if is_batch_like(value):
-            if spec is not None and not spec.tensor:
-                raise arg_error(op_name, key, "takes one value for the whole batch, not a value per sample")
-            per_sample[key] = as_batch(value).cpu()
-            continue
-        if isinstance(value, Tensor):
+        if isinstance(value, Tensor) and not is_batch_like(value):
             value = value.numpy()
             value = value.item() if value.ndim == 0 else value
-        static[key] = spec.convert(op_name, value) if spec is not None else value
-    for a in schema.args:
-        if a.name not in static and a.name not in per_sample:
-            if a.default is REQUIRED:
-                raise arg_error(op_name, a.name, "is required")
-            static[a.name] = a.convert(op_name, a.default)
-    for a in schema.all_args():
-        if a.name not in static and a.name not in per_sample and a.name != "device":
-            static[a.name] = a.default
+        plain[key] = value
+    static, per_sample = schema.bind(plain, is_batch_like)
+    per_sample = {k: as_batch(v).cpu() for k, v in per_sample.items()}
     return static, per_sample
 
 

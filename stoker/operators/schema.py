@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stoker import types
-from stoker.errors import arg_error
+from stoker.errors import PipelineBuildError, arg_error
 
 REQUIRED = object()
 
@@ -183,6 +183,35 @@ class Schema:
 
     def outputs_for(self, args: dict) -> int:
         return self.num_outputs(args) if callable(self.num_outputs) else self.num_outputs
+
+    def bind(self, kwargs: dict, is_tensor) -> tuple[dict, dict]:
+        """Check keyword arguments against the schema.
+
+        Returns (static, tensors): static values converted by their kinds with
+        every default filled in, and the per-sample tensor arguments (values for
+        which ``is_tensor(value)`` is true) as given. Unknown arguments, a tensor
+        where a constant is required, bad types and missing required arguments
+        raise PipelineBuildError naming the operator and the argument.
+        """
+        static, tensors = {}, {}
+        for key, value in kwargs.items():
+            spec = self.arg(key)
+            if spec is None and not self.allow_unknown_args:
+                known = ", ".join(sorted(a.name for a in self.all_args() if a.name != "device"))
+                raise PipelineBuildError(f"{self.name}: unknown argument '{key}'. Known arguments: {known}")
+            if is_tensor(value):
+                if spec is not None and not spec.tensor:
+                    raise arg_error(self.name, key, "takes one constant value, not a per-sample tensor")
+                tensors[key] = value
+            else:
+                static[key] = spec.convert(self.name, value) if spec is not None else value
+        for a in self.all_args():
+            if a.name in static or a.name in tensors or a.name == "device":
+                continue
+            if a.default is REQUIRED:
+                raise arg_error(self.name, a.name, "is required")
+            static[a.name] = a.convert(self.name, a.default)
+        return static, tensors
 
     def doc_string(self) -> str:
         lines = [self.doc.strip(), "", f"Devices: {', '.join(self.devices)}.", "", "Arguments:"]

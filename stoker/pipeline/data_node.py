@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stoker.errors import PipelineBuildError, arg_error
-from stoker.operators.schema import REQUIRED, get_operator
+from stoker.operators.schema import get_operator
 
 _node_ids = itertools.count()
 _STOKER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -271,31 +271,10 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
             "move the operator to the GPU with device='gpu' or keep the data on the CPU")
     if placement == "gpu" and op_name not in ("_to_gpu",):
         inputs = [x if x.device == "gpu" else x.gpu() for x in inputs]
-    static, arg_nodes = {}, {}
-    for key, value in kwargs.items():
-        spec = schema.arg(key)
-        if spec is None and not schema.allow_unknown_args:
-            raise PipelineBuildError(
-                f"{op_name}: unknown argument '{key}'. Known arguments: "
-                f"{', '.join(sorted(a.name for a in schema.all_args() if a.name != 'device'))}")
-        if isinstance(value, DataNode):
-            if spec is not None and not spec.tensor:
-                raise arg_error(op_name, key, "takes a constant, not a per-sample tensor")
-            if value.device != "cpu":
-                raise arg_error(op_name, key, "per-sample argument inputs must be CPU batches")
-            arg_nodes[key] = value
-        elif spec is not None:
-            static[key] = spec.convert(op_name, value)
-        else:
-            static[key] = value
-    for a in schema.args:
-        if a.name not in static and a.name not in arg_nodes:
-            if a.default is REQUIRED:
-                raise arg_error(op_name, a.name, "is required")
-            static[a.name] = a.convert(op_name, a.default)
-    for a in schema.all_args():
-        if a.name not in static and a.name not in arg_nodes and a.name != "device":
-            static[a.name] = a.default
+    static, arg_nodes = schema.bind(kwargs, lambda v: isinstance(v, DataNode))
+    for key, value in arg_nodes.items():
+        if value.device != "cpu":
+            raise arg_error(op_name, key, "per-sample argument inputs must be CPU batches")
     name = static.get("name")
     node = OpNode(op_name, requested if requested == "mixed" else placement, static, inputs, arg_nodes,
                   user_origin(), name)
