@@ -226,3 +226,19 @@ def _to_numpy(x) -> np.ndarray:
 def to_numpy(x) -> np.ndarray:
     """Any array-like (NumPy, torch, DLPack, stoker tensor) as a NumPy array, without copying when possible."""
     return _to_numpy(x)
+
+
+def is_gpu_array(x) -> bool:
+    """Whether ``x`` lives on a GPU, asked without touching properties that may compute (or fail)."""
+    if isinstance(x, (np.ndarray, TensorCPU, TensorListCPU)):
+        return False
+    if hasattr(type(x), "__dlpack_device__"):
+        try:
+            return x.__dlpack_device__()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
+            pass
+    try:
+        _ = x.__cuda_array_interface__
+    except Exception:  # noqa: BLE001
+        return False
+    return True

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stoker import types
-from stoker.tensors import TensorCPU, TensorListCPU, to_numpy
+from stoker.tensors import TensorCPU, TensorListCPU, is_gpu_array, to_numpy
 
 __all__ = ["Tensor", "Batch", "as_tensor", "as_batch", "tensor", "batch"]
 
@@ -36,26 +36,12 @@ def _gpu_list_class():
     return TensorListGPU
 
 
-def _is_gpu_object(x) -> bool:
-    """Whether ``x`` lives on a GPU, asked without touching properties that may compute (or fail)."""
-    if isinstance(x, (np.ndarray, TensorCPU, TensorListCPU)):
-        return False
-    if hasattr(type(x), "__dlpack_device__"):
-        try:
-            return x.__dlpack_device__()[0] in (2, 3, 13)
-        except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
-            pass
-    try:
-        _ = x.__cuda_array_interface__
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 def _to_torch(arr):
     import torch
 
-    if _is_gpu_object(arr):
+    if is_gpu_array(arr):
         return torch.from_dlpack(arr)
     arr = np.asarray(arr)
     if not arr.flags.writeable:
@@ -80,7 +66,7 @@ class Tensor:
         elif isinstance(data, TensorCPU):
             self._data = data.as_array()
             layout = data.layout() if layout is None else layout
-        elif _is_gpu_object(data):
+        elif is_gpu_array(data):
             # stoker's TensorGPU keeps DALI's shape() method; hold the CuPy array underneath.
             self._data = data.as_array() if hasattr(data, "as_array") else data
         else:
@@ -109,7 +95,7 @@ class Tensor:
 
     @property
     def device(self) -> str:
-        return "gpu" if _is_gpu_object(self._data) else "cpu"
+        return "gpu" if is_gpu_array(self._data) else "cpu"
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
@@ -188,18 +174,18 @@ class Batch:
     def __init__(self, data, layout: str | None = None):
         if isinstance(data, Batch):
             self._tl = data._tl
-        elif isinstance(data, TensorListCPU) or _is_gpu_object(data) and hasattr(data, "as_cpu"):
+        elif isinstance(data, TensorListCPU) or is_gpu_array(data) and hasattr(data, "as_cpu"):
             self._tl = data
         elif isinstance(data, (list, tuple)):
             lay = layout if layout is not None else _common_layout(data)
             samples = [_sample_array(x) for x in data]
-            if any(_is_gpu_object(x) for x in samples):
+            if any(is_gpu_array(x) for x in samples):
                 self._tl = _gpu_list_class()(samples, lay)
             else:
                 self._tl = TensorListCPU(samples, lay)
         else:
             # A dense array: the first axis is the batch.
-            self._tl = TensorListCPU(to_numpy(data) if not _is_gpu_object(data) else data)
+            self._tl = TensorListCPU(to_numpy(data) if not is_gpu_array(data) else data)
         if layout is not None and layout != self._tl.layout():
             self._tl = _relayout(self._tl, layout)
 
@@ -334,7 +320,7 @@ def is_batch_like(x) -> bool:
     """Batches, stoker tensor lists and lists of arrays (as opposed to one tensor)."""
     if isinstance(x, (Batch, TensorListCPU)):
         return True
-    if _is_gpu_object(x) and hasattr(x, "as_cpu") and hasattr(x, "__len__") and hasattr(x, "at"):
+    if is_gpu_array(x) and hasattr(x, "as_cpu") and hasattr(x, "__len__") and hasattr(x, "at"):
         return True  # a stoker TensorListGPU
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_sample_like(v) for v in x)
 

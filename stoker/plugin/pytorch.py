@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker.plugin.base_iterator import BaseIterator, LastBatchPolicy
+from stoker.tensors import is_gpu_array
 
 __all__ = [
     "DALIGenericIterator",
@@ -39,20 +40,6 @@ def _torch():
     return torch
 
 
-def _is_gpu(x) -> bool:
-    """Whether ``x`` lives on a GPU, asked without touching properties that may compute (or fail)."""
-    if isinstance(x, np.ndarray):
-        return False
-    if hasattr(type(x), "__dlpack_device__"):
-        try:
-            return x.__dlpack_device__()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-        except Exception:  # noqa: BLE001 - foreign objects may fail to report a device
-            pass
-    try:
-        _ = x.__cuda_array_interface__
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 def _device_index(x, default) -> int | None:
@@ -80,7 +67,7 @@ def to_torch(batch, name: str = "output", device_id: int | None = None):
     ordered on torch's current stream of that device.
     """
     torch = _torch()
-    if _is_gpu(batch):
+    if is_gpu_array(batch):
         if hasattr(batch, "is_dense_tensor") and not batch.is_dense_tensor():
             raise ValueError(
                 f"iterator: output '{name}' has samples of different shapes ({batch.shape()[:4]}...); "
@@ -112,7 +99,7 @@ def feed_ndarray(tensor, arr, cuda_stream=None):
     torch = _torch()
     src = to_torch(tensor) if hasattr(tensor, "is_dense_tensor") else None
     if src is None:
-        if _is_gpu(tensor):
+        if is_gpu_array(tensor):
             src = torch.from_dlpack(tensor)
         else:
             src = _array_to_torch(np.asarray(tensor.as_array() if hasattr(tensor, "as_array") else tensor))
@@ -145,7 +132,7 @@ def __getattr__(name):
 
 def _sample_list_to_torch(batch, device_id):
     torch = _torch()
-    if _is_gpu(batch):
+    if is_gpu_array(batch):
         dev = _device_index(batch, device_id)
         with torch.cuda.device(dev if dev is not None else 0):
             return [torch.from_dlpack(batch[i]) for i in range(len(batch))]
