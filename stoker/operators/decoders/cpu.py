@@ -39,11 +39,17 @@ from stoker import types
 from stoker.operators.decoders import formats
 from stoker.operators.decoders.formats import ImageFormatError, ImageInfo
 
-__all__ = ["ImageDecodeError", "decode_cpu", "orient", "convert_color", "convert_dtype", "read_info"]
+__all__ = ["ImageDecodeError", "DEFAULT_MAX_PIXELS", "decode_cpu", "orient", "convert_color", "convert_dtype",
+           "read_info"]
 
 read_info = formats.read_info
 
 _IGNORE = cv2.IMREAD_IGNORE_ORIENTATION
+
+# Largest image (height * width) decoded by default: 2**28 pixels is 768 MiB as 8-bit RGB. A header
+# claiming more is refused before any pixel buffer is allocated (a corrupt or hostile file could
+# otherwise ask for tens of gigabytes).
+DEFAULT_MAX_PIXELS = 2 ** 28
 
 
 class ImageDecodeError(ValueError):
@@ -51,7 +57,8 @@ class ImageDecodeError(ValueError):
 
 
 def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: bool = True,
-               roi: tuple[int, int, int, int] | None = None, roi_fn=None) -> np.ndarray:
+               roi: tuple[int, int, int, int] | None = None, roi_fn=None,
+               max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode one encoded image to an HWC array.
 
     Args:
@@ -62,6 +69,8 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         roi: ``(y, x, h, w)`` window of the (oriented) image to return.
         roi_fn: instead of ``roi``, a function of the oriented ``(height, width)``
             that returns the window (used by the random-crop decoder).
+        max_pixels: refuse images whose header claims more than this many
+            pixels (height * width), before decoding; None or 0: no limit.
 
     Returns:
         ``(H, W, C)`` array of ``dtype``, C-contiguous.
@@ -76,6 +85,8 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         info = _decode_info(buf)
     except ImageFormatError as e:
         raise ImageDecodeError(str(e)) from None
+    if max_pixels:
+        _check_pixels(buf, info, max_pixels)
     img, order = _decode_native(buf, info, output_type)
     if info.orientation != 1:
         # OpenCV's and Pillow's TIFF readers apply the orientation tag whatever they are told.
@@ -102,6 +113,21 @@ def crop_view(img: np.ndarray, roi) -> np.ndarray:
         raise ImageDecodeError(
             f"the region of interest (y={y}, x={x}, h={h}, w={w}) does not fit in the {H}x{W} image")
     return img[y:y + h, x:x + w]
+
+
+def _check_pixels(buf: np.ndarray, info: ImageInfo, max_pixels: int) -> None:
+    """Refuse an image whose header claims more than ``max_pixels`` pixels (no decoding)."""
+    h, w = info.height, info.width
+    if not h:  # formats whose header _decode_info skips: ask Pillow's header-only open
+        try:
+            full = formats.read_info(buf.tobytes())
+        except ImageFormatError:
+            return  # the decode itself reports the broken header
+        h, w = full.height, full.width
+    if h * w > max_pixels:
+        raise ImageDecodeError(
+            f"the {info.format.upper()} header claims {w}x{h} = {h * w} pixels, more than "
+            f"max_pixels={max_pixels}; raise the decoder's max_pixels argument (0: no limit) to decode it")
 
 
 def _as_uint8(data) -> np.ndarray:

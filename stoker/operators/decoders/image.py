@@ -20,7 +20,7 @@ from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.decoders import roi as roi_mod
-from stoker.operators.decoders.cpu import ImageDecodeError, decode_cpu
+from stoker.operators.decoders.cpu import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_cpu
 from stoker.operators.decoders.formats import ImageFormatError, read_info
 from stoker.operators.random.crop_window import sample_crop_window
 from stoker.operators.schema import Arg, Schema, register
@@ -47,6 +47,9 @@ DECODER_ARGS = (
     Arg("split_stages", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("use_chunk_allocator", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("memory_stats", "bool", False, doc="ignored"),
+    Arg("max_pixels", "int", DEFAULT_MAX_PIXELS,
+        doc="stoker only: refuse images whose header claims more pixels (height * width) than this, "
+            "before allocating anything; 0 = no limit"),
 )
 
 _DEVICES = ("cpu", "mixed")
@@ -63,11 +66,15 @@ class _ImageDecoderBase(Operator):
                             "INT16, FLOAT ...")
         self.out_dtype = dtype
         self.output_type = a["output_type"] if a["output_type"] is not None else types.RGB
+        max_pixels = a.get("max_pixels")
+        if max_pixels is not None and max_pixels < 0:
+            raise arg_error(self.schema.name, "max_pixels", f"must be >= 0 (0: no limit), got {max_pixels}")
+        self.max_pixels = max_pixels
 
     def decode(self, data, args, roi=None, roi_fn=None) -> np.ndarray:
         try:
             return decode_cpu(data, self.output_type, self.out_dtype, bool(args["adjust_orientation"]),
-                              roi=roi, roi_fn=roi_fn)
+                              roi=roi, roi_fn=roi_fn, max_pixels=self.max_pixels)
         except (ImageDecodeError, ImageFormatError) as e:
             raise self.error(str(e)) from None
 
