@@ -27,13 +27,17 @@ tensors).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import warnings
+from collections import Counter
 from enum import Enum, unique
 
 import numpy as np
 
 __all__ = ["LastBatchPolicy", "BaseIterator"]
+
+_log = logging.getLogger("stoker")
 
 
 @unique
@@ -126,6 +130,9 @@ class BaseIterator:
         self._ever_consumed = False
         self._stopped = [False] * self._num_gpus  # pipelines that raised StopIteration
         self._first_batch = None
+        self._epoch = 0  # epochs ended so far (for the error summary)
+        self._reported = 0  # error_report() entries already summarized
+        self._summarized = False  # this epoch's summary was logged
 
         flags = {bool(getattr(p, "_enable_checkpointing", False)) for p in self._pipes}
         if len(flags) > 1:
@@ -206,6 +213,7 @@ class BaseIterator:
                 outputs.append(p.share_outputs())
             except StopIteration:
                 self._stopped[i] = True
+                self._summarize_errors()
                 if self._size < 0 and self._auto_reset:
                     self.reset()
                 raise
@@ -219,6 +227,7 @@ class BaseIterator:
         return outputs
 
     def _end_iteration(self):
+        self._summarize_errors()
         if self._auto_reset:
             self.reset()
         raise StopIteration
@@ -341,6 +350,7 @@ class BaseIterator:
                     self._counter = 0
                     self._shard_sizes_per_gpu = np.roll(self._shard_sizes_per_gpu, 1)
                     self._size = math.ceil(int(max(self._shard_sizes_per_gpu)) / self.batch_size) * self.batch_size
+        self._summarized = False
         for i, p in enumerate(self._pipes):
             # Only a pipeline that ended by itself is reset: resetting a stoker pipeline discards the
             # batches it already prepared, and those belong to the next epoch.
@@ -349,6 +359,39 @@ class BaseIterator:
                 self._stopped[i] = False
             if _pipe_empty(p):
                 p.schedule_run()
+
+    # --- bad samples ------------------------------------------------------------
+    def error_report(self) -> list[dict]:
+        """Samples the pipelines skipped or substituted so far (``on_error="skip"/"substitute"``).
+
+        Entries are those of ``Pipeline.error_report()`` (``source``, ``operator``, ``reason``,
+        ``iteration``, ``action``) plus ``pipeline``, the pipeline's index in this iterator.
+        """
+        out = []
+        for i, p in enumerate(self._pipes):
+            report = getattr(p, "error_report", None)  # DALI pipelines have none
+            if report is not None:
+                out.extend({**r, "pipeline": i} for r in report())
+        return out
+
+    def _summarize_errors(self) -> None:
+        """At the end of an epoch, log once how many samples were skipped/substituted since the last
+        summary. The pipelines run ahead of the iterator, so a few of them may belong to the
+        prefetched head of the next epoch."""
+        if self._summarized:
+            return
+        self._summarized = True
+        epoch, self._epoch = self._epoch, self._epoch + 1
+        reports = self.error_report()
+        new, self._reported = reports[self._reported:], len(reports)
+        if not new:
+            return
+        counts = Counter(r["action"] for r in new)
+        what = ", ".join(f"{n} sample(s) {action}" for action, n in sorted(counts.items()))
+        examples = "; ".join(f"{r['source'] or '?'} ({r['operator']}: {r['reason']})" for r in new[:3])
+        more = f" and {len(new) - 3} more" if len(new) > 3 else ""
+        _log.warning("stoker iterator: epoch %d: %s: %s%s (iterator.error_report() lists them all)",
+                     epoch, what, examples, more)
 
     @property
     def size(self) -> int:
