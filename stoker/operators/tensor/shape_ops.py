@@ -1,0 +1,193 @@
+"""Shape and type views: ``squeeze``, ``expand_dims``, ``reinterpret`` and ``cast_like``.
+
+None of them touches the values (``cast_like`` converts them); they change the
+shape, the element type seen through the same bytes, or the layout string.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.image.crop import LayoutAware
+from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.tensor._axes import drop_layout, resolve_axes
+from stoker.operators.tensor.basic import convert
+from stoker.tensors import TensorListCPU
+
+
+@register
+class Squeeze(LayoutAware):
+    """Removes axes of extent 1."""
+
+    schema = Schema(
+        name="squeeze",
+        doc="Removes the given axes, each of which must have extent 1. Select them with ``axes`` "
+            "(indices) or ``axis_names`` (layout letters); their letters leave the layout.",
+        args=[Arg("axes", "int_list", None, tensor=True, doc="indices of the axes to remove"),
+              Arg("axis_names", "layout", None, doc="layout letters of the axes to remove")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        if self.args["axes"] is None and not self.args["axis_names"]:
+            raise arg_error("squeeze", "axes", "give axes or axis_names")
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        axes = args.get("axes")
+        axes = None if axes is None else np.asarray(axes).reshape(-1).tolist()
+        sel = resolve_axes("squeeze", axes, self.args["axis_names"], self.layout_of(args), x.ndim)
+        for a in sel:
+            if x.shape[a] != 1:
+                raise self.error(f"squeeze: argument 'axes': axis {a} has extent {x.shape[a]}, not 1 "
+                                 f"(sample shape {x.shape})")
+        return x.reshape([s for i, s in enumerate(x.shape) if i not in set(sel)])
+
+    def output_layouts(self, input_layouts):
+        lay = input_layouts[0] if input_layouts else ""
+        if not lay:
+            return [""]
+        try:
+            sel = resolve_axes("squeeze", self.args["axes"], self.args["axis_names"], lay, len(lay))
+        except ValueError:
+            return [""]
+        return [drop_layout(lay, sel)]
+
+
+@register
+class ExpandDims(LayoutAware):
+    """Inserts axes of extent 1."""
+
+    schema = Schema(
+        name="expand_dims",
+        doc="Inserts axes of extent 1 at ``axes`` (indices in the output). ``new_axis_names`` gives "
+            "their layout letters, paired with ``axes`` in order; without it the output has no layout.",
+        args=[Arg("axes", "int_list", None, doc="positions of the new axes in the output"),
+              Arg("new_axis_names", "layout", "", doc="layout letters of the new axes")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        axes, names = self.args["axes"], self.args["new_axis_names"]
+        if axes is None:
+            raise arg_error("expand_dims", "axes", "is required")
+        if len(set(axes)) != len(axes) or any(a < 0 for a in axes):
+            raise arg_error("expand_dims", "axes", f"must be distinct non-negative indices, got {axes}")
+        if names and len(names) != len(axes):
+            raise arg_error("expand_dims", "new_axis_names",
+                            f"has {len(names)} letters for {len(axes)} axes")
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        axes = self.args["axes"]
+        ndim = x.ndim + len(axes)
+        if max(axes) >= ndim:
+            raise self.error(f"expand_dims: argument 'axes': {max(axes)} is out of range for a "
+                             f"{x.ndim}D sample ({ndim} dimensions after expansion)")
+        return np.expand_dims(x, tuple(axes))
+
+    def output_layouts(self, input_layouts):
+        lay = input_layouts[0] if input_layouts else ""
+        names = self.args["new_axis_names"]
+        if not names or (not lay and len(names) != len(self.args["axes"])):
+            return [""]
+        out = list(lay)
+        for a, n in sorted(zip(self.args["axes"], names)):
+            out.insert(a, n)
+        return ["".join(out)]
+
+
+@register
+class Reinterpret(LayoutAware):
+    """Views the same bytes with another element type, shape or layout."""
+
+    schema = Schema(
+        name="reinterpret",
+        doc="Reinterprets each sample's bytes as ``dtype`` (no conversion) and/or gives it a new "
+            "``shape`` (as an argument or a second input), ``rel_shape`` (multipliers of the input "
+            "extents; -1 infers one) or ``src_dims``; the byte size must match. ``layout`` sets the "
+            "output layout.",
+        args=[Arg("dtype", "dtype", None, doc="element type to view the bytes as"),
+              Arg("shape", "int_list", None, tensor=True, doc="new shape; -1 infers one extent"),
+              Arg("rel_shape", "float_list", None, tensor=True, doc="new shape relative to the input's"),
+              Arg("src_dims", "int_list", None, tensor=True, doc="input axes to keep, -1 inserts a 1"),
+              Arg("layout", "layout", None, doc="output layout")],
+        inputs=(1, 2),
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        given = [k for k in ("shape", "rel_shape", "src_dims") if self.args[k] is not None]
+        if len(given) > 1:
+            raise arg_error("reinterpret", given[1], f"cannot be given together with {given[0]}")
+
+    def run_sample(self, inputs, args, ctx):
+        x = np.ascontiguousarray(inputs[0])
+        in_shape = x.shape  # rel_shape and src_dims refer to the input's extents
+        dtype = self.args["dtype"]
+        if dtype is not None and dtype != x.dtype:
+            nbytes = x.nbytes
+            if x.ndim and (x.shape[-1] * x.dtype.itemsize) % np.dtype(dtype).itemsize == 0:
+                x = x.view(dtype)
+            elif nbytes % np.dtype(dtype).itemsize == 0:
+                x = x.reshape(-1).view(dtype)
+            else:
+                raise self.error(f"reinterpret: argument 'dtype': {nbytes} bytes are not a whole number "
+                                 f"of {np.dtype(dtype).name} elements")
+        shape = None
+        if len(inputs) > 1:
+            shape = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        elif args.get("shape") is not None:
+            shape = [int(v) for v in np.asarray(args["shape"]).reshape(-1)]
+        elif args.get("rel_shape") is not None:
+            shape = [-1 if r < 0 else int(round(r * s))
+                     for r, s in zip(np.asarray(args["rel_shape"]).reshape(-1), in_shape)]
+        elif args.get("src_dims") is not None:
+            shape = [in_shape[d] if d >= 0 else 1 for d in np.asarray(args["src_dims"]).reshape(-1)]
+        if shape is None:
+            return x
+        try:
+            return x.reshape(shape)
+        except ValueError:
+            raise self.error(f"reinterpret: argument 'shape': cannot view {x.size} {x.dtype.name} elements "
+                             f"(shape {x.shape}) as shape {shape}") from None
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        out, = super().run_cpu(batch, inputs, arg_inputs)
+        layout = self.args["layout"]
+        if layout is None:  # the input's layout survives when the rank does, as in DALI
+            in_lay = inputs[0].layout()
+            layout = in_lay if len(out) and len(in_lay) == out.ndim else ""
+        if layout and len(out) and len(layout) != out.ndim:
+            raise arg_error("reinterpret", "layout", f"{layout!r} does not fit {out.ndim}D output samples")
+        return [TensorListCPU(out.samples(), layout, out.source_info())]
+
+
+@register
+class CastLike(LayoutAware):
+    """Converts the first input to the element type of the second."""
+
+    schema = Schema(
+        name="cast_like",
+        doc="Converts the first input's elements to the type of the second input (rounding to "
+            "nearest and saturating for integer results, as ``cast``).",
+        inputs=(2, 2),
+        devices=("cpu",),
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        return convert_round_half_away(inputs[0], inputs[1].dtype)
+
+
+def convert_round_half_away(x: np.ndarray, dtype) -> np.ndarray:
+    """Type conversion as DALI does it: float to integer rounds halves away from zero
+    (2.5 -> 3, -0.5 -> -1) and saturates; everything else as :func:`convert`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and x.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        r = np.trunc(x + np.copysign(0.5, x).astype(x.dtype))
+        # x + 0.5 can round up in float for values just below a half; compare in float64
+        r = np.where(np.abs(x.astype(np.float64) - np.trunc(x)) < 0.5, np.trunc(x), r)
+        return np.clip(r, info.min, info.max).astype(dtype)
+    return convert(x, dtype)
