@@ -77,8 +77,8 @@ class OneHot(Operator):
         if name is not None and len(name) != 1:
             raise arg_error("one_hot", "axis_name", f"must be a single letter, got {name!r}")
         dtype = self.args["dtype"]
-        self.on = convert(np.asarray(self.args["on_value"]), dtype)
-        self.off = convert(np.asarray(self.args["off_value"]), dtype)
+        self.on = c_cast(self.args["on_value"], dtype)
+        self.off = c_cast(self.args["off_value"], dtype)
 
     def run_sample(self, inputs, args, ctx):
         x = inputs[0]
@@ -136,3 +136,12 @@ class ElementExtract(Operator):
     def output_layouts(self, input_layouts):
         lay = input_layouts[0] if input_layouts else ""
         return [lay[1:]] * self.num_outputs
+
+
+def c_cast(value: float, dtype) -> np.ndarray:
+    """A float argument in an integer type as a C cast gives it (truncated, then wrapped), as DALI
+    applies on_value/off_value."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return np.asarray(int(np.trunc(value))).astype(np.int64).astype(dtype)
+    return np.asarray(value, dtype)

@@ -44,7 +44,7 @@ class _Reduction(LayoutAware):
         out = np.asarray(out)
         dtype = self.out_dtype(x.dtype)
         out = convert(out, dtype) if out.dtype != dtype else out
-        return np.ascontiguousarray(out)
+        return out if out.flags.c_contiguous else out.copy()  # (ascontiguousarray would make 0-d 1-d)
 
     def out_dtype(self, in_dtype: np.dtype) -> np.dtype:
         if self.args.get("dtype") is not None:

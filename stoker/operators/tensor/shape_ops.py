@@ -123,7 +123,7 @@ class Reinterpret(LayoutAware):
             raise arg_error("reinterpret", given[1], f"cannot be given together with {given[0]}")
 
     def run_sample(self, inputs, args, ctx):
-        x = np.ascontiguousarray(inputs[0])
+        x = inputs[0] if inputs[0].flags.c_contiguous else inputs[0].copy()
         in_shape = x.shape  # rel_shape and src_dims refer to the input's extents
         dtype = self.args["dtype"]
         if dtype is not None and dtype != x.dtype:
@@ -186,8 +186,7 @@ def convert_round_half_away(x: np.ndarray, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype.kind in "iu" and x.dtype.kind == "f":
         info = np.iinfo(dtype)
-        r = np.trunc(x + np.copysign(0.5, x).astype(x.dtype))
-        # x + 0.5 can round up in float for values just below a half; compare in float64
-        r = np.where(np.abs(x.astype(np.float64) - np.trunc(x)) < 0.5, np.trunc(x), r)
+        x64 = x.astype(np.float64)  # exact for float16/32, so adding the half cannot round up
+        r = np.trunc(x64 + np.copysign(0.5, x64))
         return np.clip(r, info.min, info.max).astype(dtype)
     return convert(x, dtype)
