@@ -103,10 +103,19 @@ def _jpeg_info(data) -> ImageInfo:
     orientation = 1
     while pos + 4 <= n:
         if data[pos] != 0xFF:
-            raise ImageFormatError(f"corrupt JPEG: expected a marker at byte {pos}")
+            # Stray bytes before a marker: libjpeg skips them with a warning and decodes the file,
+            # so the header parser must not refuse it either.
+            skip = bytes(data[pos:]).find(b"\xff")
+            if skip < 0:
+                break
+            pos += skip
+            continue
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
+            continue
+        if marker == 0x00:  # a stuffed zero is data, not a marker
+            pos += 2
             continue
         if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
             pos += 2
