@@ -373,3 +373,34 @@ def test_file_list_entry_that_is_a_directory_is_a_clear_sample_error(tmp_path):
 def test_cv2_reference_sanity():
     """The JPEG fixtures decode with OpenCV (so failures above come from the special files)."""
     assert cv2.imdecode(np.frombuffer(jpeg_bytes(photo()), np.uint8), cv2.IMREAD_COLOR) is not None
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_permission_denied_when_running_as_root(on_error, tmp_path, monkeypatch):
+    """The chmod 000 case above is skipped under root; here the reader's open() is made to fail
+    with EACCES for the special file, as it would for an unprivileged user."""
+    import builtins
+    import errno
+
+    from stoker.operators.readers import file as file_mod
+
+    cls = _make_dataset(tmp_path / "data", jpeg_bytes(photo()))
+
+    def guarded_open(path, *args, **kwargs):
+        if os.path.basename(str(path)) == BAD:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(file_mod, "open", guarded_open, raising=False)
+    pipe = _pipe(tmp_path / "data", on_error)
+    try:
+        if on_error == "raise":
+            with pytest.raises(OperatorError, match="Permission denied") as info:
+                pipe.run()
+            assert info.value.operator == "Reader" and str(cls / BAD) in str(info.value)
+        else:
+            _, _, sources = pipe.run()
+            assert sorted(_names(sources)) == GOOD
+            assert os.path.basename(pipe.error_report()[0]["source"]) == BAD
+    finally:
+        pipe.close()
