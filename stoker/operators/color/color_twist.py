@@ -1,0 +1,39 @@
+"""``color_twist``: hue, saturation, brightness and contrast of RGB images in one linear map.
+
+    out = brightness * (center + contrast * (HS(in) - center))
+
+``HS`` is the hue/saturation matrix of ``hsv`` (YIQ space) and ``center`` the
+input type's middle grey (0.5 for floats, 128 for uint8). Computed in float32,
+rounded (half up) and saturated to ``dtype`` (default: the input's), without
+rescaling between types.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.operators.color._common import half_range, hsv_matrix, scalar
+from stoker.operators.color.hsv import _HUE, _IMAGE_TYPE, _SAT, _LinearColor
+from stoker.operators.schema import Arg, Schema, register
+
+
+@register
+class ColorTwist(_LinearColor):
+    """Hue, saturation, brightness and contrast adjustment of RGB images."""
+
+    schema = Schema(
+        name="color_twist",
+        doc="Adjusts hue (degrees), saturation, contrast (around the type's middle grey) and brightness "
+            "of RGB images: out = brightness * (center + contrast * (HS(in) - center)).",
+        args=[Arg("brightness", "float", 1.0, tensor=True, doc="multiplier (>= 0); 0 gives black"),
+              Arg("contrast", "float", 1.0, tensor=True, doc="multiplier (>= 0) around the middle grey"),
+              _HUE, _SAT, _IMAGE_TYPE,
+              Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
+    )
+
+    def affine(self, args, dtype):
+        b = self.nonnegative(args, "brightness")
+        c = self.nonnegative(args, "contrast")
+        s = self.nonnegative(args, "saturation")
+        m = b * c * hsv_matrix(scalar(self, args, "hue", 0.0), s, bgr=self.bgr)
+        return m, np.full(3, b * (1.0 - c) * half_range(dtype))
