@@ -22,7 +22,7 @@ NAMES = ["sum", "mean", "min", "max", "mean_square", "rms"]
 def test_reduction_matches_dali(name, data):
     exact = name in ("min", "max", "sum") and data is not F32
     for kw in AXES:
-        check(lambda fn, t, x: getattr(fn.reductions, name)(x, **kw), data, layouts=["HWC"],
+        check(lambda fn, t, x, kw=kw: getattr(fn.reductions, name)(x, **kw), data, layouts=["HWC"],
               tol=0 if exact else 2e-5, what=f"{name} {kw}")
 
 

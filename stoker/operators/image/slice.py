@@ -1,0 +1,198 @@
+"""``slice``: a box of each sample given by anchor/shape inputs or by start/end arguments.
+
+Where the box comes from (one value per selected axis, in the order of ``axes``
+or ``axis_names``; DALI's default is ``axis_names="WH"``, so x comes first):
+
+* positional inputs ``anchor`` and ``shape`` (normalized to [0, 1] unless
+  ``normalized_anchor`` / ``normalized_shape`` are False);
+* or arguments: ``rel_start`` / ``start`` for the beginning, and ``rel_end`` /
+  ``end`` / ``rel_shape`` / ``shape`` for the end (defaults: 0 and the extent).
+
+Box edges round halves away from zero, in the precision DALI uses for each form
+(measured against DALI 2.4: float32 products for the relative arguments, double
+otherwise), so that boxes match it pixel for pixel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.image.crop import OOB_POLICIES, LayoutAware
+from stoker.operators.image.geometry import round_half_away
+from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.tensor._axes import resolve_axes
+from stoker.operators.tensor.basic import convert
+
+F32 = np.float32
+
+
+@register
+class Slice(LayoutAware):
+    """Extracts a box (with optional padding outside the sample)."""
+
+    schema = Schema(
+        name="slice",
+        legacy_name="Slice",
+        doc="Cuts a box out of each sample. The box is given by positional inputs ``anchor`` and "
+            "``shape`` (normalized unless normalized_anchor/normalized_shape=False) or by the "
+            "arguments rel_start/start and rel_end/end/rel_shape/shape, one value per axis in "
+            "``axes`` / ``axis_names`` order (default 'WH': x first). Outside the sample, "
+            "``out_of_bounds_policy`` decides: 'error', 'pad' (with ``fill_values``, one or one per "
+            "channel) or 'trim_to_shape'.",
+        args=[Arg("rel_start", "float_list", None, tensor=True, doc="normalized start per axis"),
+              Arg("start", "float_list", None, tensor=True, doc="absolute start per axis"),
+              Arg("rel_end", "float_list", None, tensor=True, doc="normalized end per axis"),
+              Arg("end", "float_list", None, tensor=True, doc="absolute end per axis"),
+              Arg("rel_shape", "float_list", None, tensor=True, doc="normalized extent per axis"),
+              Arg("shape", "float_list", None, tensor=True, doc="absolute extent per axis"),
+              Arg("normalized_anchor", "bool", True, doc="the anchor input is in [0, 1]"),
+              Arg("normalized_shape", "bool", True, doc="the shape input is in [0, 1]"),
+              Arg("axes", "int_list", None, tensor=True, doc="axes the box values refer to (default [1, 0])"),
+              Arg("axis_names", "layout", None, doc="layout letters the values refer to (default 'WH')"),
+              Arg("out_of_bounds_policy", "str", "error", doc="'error', 'pad' or 'trim_to_shape'"),
+              Arg("fill_values", "float_list", [0.0], doc="padding value(s) for 'pad'"),
+              Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
+              Arg("output_dtype", "dtype", None, doc="deprecated name of dtype"),
+              Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
+        inputs=(1, 3),
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        a = self.args
+        if a["out_of_bounds_policy"] not in OOB_POLICIES:
+            raise arg_error("slice", "out_of_bounds_policy",
+                            f"must be one of {', '.join(OOB_POLICIES)}, got {a['out_of_bounds_policy']!r}")
+        for group in (("rel_start", "start"), ("rel_end", "end", "rel_shape", "shape")):
+            given = [g for g in group if a.get(g) is not None]
+            if len(given) > 1:
+                raise arg_error("slice", given[1], f"cannot be combined with {given[0]}")
+        self.dtype = a["dtype"] if a["dtype"] is not None else a["output_dtype"]
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        layout = self.layout_of(args)
+        axes = self._axes(args, layout, x.ndim)
+        ext = [x.shape[ax] for ax in axes]
+        if len(inputs) == 3:
+            begin, end = self._from_inputs(inputs[1], inputs[2], ext)
+        elif len(inputs) == 2:
+            raise self.error("slice: give both the anchor and the shape inputs (or neither)")
+        else:
+            begin, end = self._from_args(args, ext)
+        out = cut_box(x, axes, begin, end, self.args["out_of_bounds_policy"], self.args["fill_values"],
+                      layout, "slice")
+        if self.dtype is not None and out.dtype != self.dtype:
+            return convert(out, self.dtype)
+        return out
+
+    def _axes(self, args, layout: str, ndim: int) -> list[int]:
+        axes = args.get("axes")
+        names = self.args["axis_names"]
+        if axes is not None:  # explicit axes win over the default axis names
+            return resolve_axes("slice", np.asarray(axes).reshape(-1).tolist(), None, layout, ndim)
+        if names:
+            return resolve_axes("slice", None, names, layout, ndim)
+        if layout and "W" in layout and "H" in layout:
+            return resolve_axes("slice", None, "WH", layout, ndim)
+        return resolve_axes("slice", [1, 0], None, layout, ndim)
+
+    def _values(self, name: str, v, n: int) -> np.ndarray:
+        arr = np.asarray(v, np.float64).reshape(-1)
+        if arr.size != n:
+            raise ValueError(f"slice: argument '{name}' has {arr.size} values for {n} sliced axes")
+        return arr
+
+    def _from_inputs(self, anchor, shape, ext):
+        n = len(ext)
+        e = np.asarray(ext, np.float64)
+        a = self._values("anchor", anchor, n)
+        s = self._values("shape", shape, n)
+        a = a * e if self.args["normalized_anchor"] else a
+        s = s * e if self.args["normalized_shape"] else s
+        if np.any(s < 0):
+            raise ValueError(f"slice: the shape input must be non-negative, got {s.tolist()}")
+        return [round_half_away(v) for v in a], [round_half_away(v) for v in a + s]
+
+    def _from_args(self, args, ext):
+        n = len(ext)
+        e32 = np.asarray(ext, F32)
+        e64 = np.asarray(ext, np.float64)
+        if args.get("rel_start") is not None:
+            rs = self._values("rel_start", args["rel_start"], n).astype(F32)
+            begin_f = (rs * e32).astype(np.float64)  # float32 product, as DALI
+            begin_d = rs.astype(np.float64) * e64
+        elif args.get("start") is not None:
+            begin_f = begin_d = self._values("start", args["start"], n).astype(F32).astype(np.float64)
+        else:
+            begin_f = begin_d = np.zeros(n)
+        if args.get("rel_end") is not None:
+            end_f = (self._values("rel_end", args["rel_end"], n).astype(F32) * e32).astype(np.float64)
+        elif args.get("end") is not None:
+            end_f = self._values("end", args["end"], n).astype(F32).astype(np.float64)
+        elif args.get("rel_shape") is not None:
+            end_f = begin_d + self._values("rel_shape", args["rel_shape"], n).astype(F32).astype(np.float64) * e64
+        elif args.get("shape") is not None:
+            end_f = begin_d + self._values("shape", args["shape"], n).astype(F32).astype(np.float64)
+        else:
+            end_f = e64
+        begin = [round_half_away(v) for v in begin_f]
+        end = [round_half_away(v) for v in end_f]
+        for b, en in zip(begin, end):
+            if en < b:
+                raise ValueError(f"slice: the box ends ({en}) before it starts ({b}); check the end/shape "
+                                 "arguments")
+        return begin, end
+
+
+def cut_box(x: np.ndarray, axes: list[int], begin: list[int], end: list[int], policy: str,
+            fill: list[float], layout: str, op: str) -> np.ndarray:
+    """``x[begin:end]`` on ``axes``; outside the sample: raise ('error'), fill ('pad') or clip
+    ('trim_to_shape'). Returns a new array."""
+    inside = all(0 <= b and e <= x.shape[ax] for b, e, ax in zip(begin, end, axes))
+    if not inside and policy == "error":
+        box = ", ".join(f"[{b}, {e})" for b, e in zip(begin, end))
+        raise ValueError(f"{op}: the box {box} on axes {list(axes)} leaves the sample of shape {x.shape}; use "
+                         "out_of_bounds_policy='pad' or 'trim_to_shape'")
+    src = [slice(None)] * x.ndim
+    for b, e, ax in zip(begin, end, axes):
+        src[ax] = slice(min(max(b, 0), x.shape[ax]), max(min(e, x.shape[ax]), 0))
+    if inside or policy == "trim_to_shape":
+        return x[tuple(src)].copy()
+    shape = list(x.shape)
+    dst = [slice(None)] * x.ndim
+    for b, e, ax in zip(begin, end, axes):
+        shape[ax] = e - b
+        lo = min(max(-b, 0), e - b)
+        dst[ax] = slice(lo, lo + (src[ax].stop - src[ax].start if src[ax].stop > src[ax].start else 0))
+    out = np.empty(shape, x.dtype)
+    out[...] = fill_for(fill, x, layout, op)
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def fill_for(fill: list[float], x: np.ndarray, layout: str, op: str) -> np.ndarray:
+    """Fill values that broadcast over ``x``: one value, or one per channel (the layout's C axis,
+    else the last axis)."""
+    vals = np.asarray(fill, np.float64)
+    if vals.size > 1:
+        ch = layout.index("C") if layout and "C" in layout else x.ndim - 1
+        if x.ndim == 0 or x.shape[ch] != vals.size:
+            raise ValueError(f"{op}: argument 'fill_values' has {vals.size} values; the sample (shape "
+                             f"{x.shape}) has {x.shape[ch] if x.ndim else 0} channels")
+        bshape = [1] * x.ndim
+        bshape[ch] = vals.size
+        vals = vals.reshape(bshape)
+    else:
+        vals = vals.reshape(())
+    return c_cast_array(vals, x.dtype)
+
+
+def c_cast_array(vals: np.ndarray, dtype) -> np.ndarray:
+    """Float fill values in ``dtype`` as a C cast gives them (truncated, then wrapped for
+    integers: 300.7 -> 44 in uint8), which is what DALI does with fill values."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return np.trunc(vals).astype(np.int64).astype(dtype)
+    return vals.astype(dtype)
