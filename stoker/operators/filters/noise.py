@@ -1,0 +1,125 @@
+"""Noise operators: ``noise.gaussian``, ``noise.salt_and_pepper``, ``noise.shot``.
+
+Output shape and type are the input's; integer outputs are rounded (half up)
+and saturated. Random values come from a NumPy Generator seeded from the
+sample's stream (``ctx.rng``), so results depend only on (seed, iteration,
+sample), not on threads. They differ from DALI's values (another generator);
+the distributions are the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.color._common import scalar, to_dtype
+from stoker.operators.image.crop import LayoutAware
+from stoker.operators.schema import Arg, Schema, register
+
+
+def _generator(ctx) -> np.random.Generator:
+    """A fast bulk generator keyed by the sample's counter-based stream."""
+    return np.random.Generator(np.random.SFC64(int(ctx.rng.integers(0, 1 << 62))))
+
+
+def _numeric(op, img):
+    img = np.asarray(img)
+    if img.dtype.kind not in "iuf":
+        raise op.error(f"expects numeric input, got {img.dtype}")
+    return img
+
+
+@register
+class GaussianNoise(LayoutAware):
+    """Adds independent normal noise to every element."""
+
+    schema = Schema(
+        name="noise.gaussian",
+        doc="Adds normal noise N(mean, stddev) to every element (channels independently).",
+        args=[Arg("mean", "float", 0.0, tensor=True, doc="mean of the noise"),
+              Arg("stddev", "float", 1.0, tensor=True, doc="standard deviation of the noise (>= 0)")],
+        random=True,
+    )
+
+    def setup(self):
+        if self.args.get("stddev") is not None and self.args["stddev"] < 0:
+            raise arg_error("noise.gaussian", "stddev", f"must not be negative, got {self.args['stddev']}")
+
+    def run_sample(self, inputs, args, ctx):
+        img = _numeric(self, inputs[0])
+        mean, std = scalar(self, args, "mean", 0.0), scalar(self, args, "stddev", 1.0)
+        if std < 0:
+            raise self.error(f"argument 'stddev' must not be negative, got {std}")
+        noise = _generator(ctx).standard_normal(img.shape, dtype=np.float32)
+        noise *= np.float32(std)
+        noise += np.float32(mean)
+        noise += img
+        return to_dtype(noise, img.dtype)
+
+
+@register
+class SaltAndPepperNoise(LayoutAware):
+    """Replaces a fraction ``prob`` of the pixels (or values) with salt or pepper."""
+
+    schema = Schema(
+        name="noise.salt_and_pepper",
+        doc="Sets a fraction prob of the pixels to salt_val (a fraction salt_vs_pepper of them) or pepper_val; "
+            "all channels of a pixel alike unless per_channel.",
+        args=[Arg("prob", "float", 0.05, tensor=True, doc="probability that a value is replaced, in [0, 1]"),
+              Arg("salt_vs_pepper", "float", 0.5, tensor=True, doc="probability that a replaced value is salt"),
+              Arg("salt_val", "float", None, tensor=True,
+                  doc="value of salt (default: 1.0 for floats, the type's maximum for integers)"),
+              Arg("pepper_val", "float", None, tensor=True,
+                  doc="value of pepper (default: -1.0 for floats, the type's minimum for integers)"),
+              Arg("per_channel", "bool", False, doc="draw each channel independently")],
+        random=True,
+    )
+
+    def setup(self):
+        for name in ("prob", "salt_vs_pepper"):
+            v = self.args.get(name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise arg_error("noise.salt_and_pepper", name, f"must be in [0, 1], got {v}")
+
+    def run_sample(self, inputs, args, ctx):
+        img = _numeric(self, inputs[0])
+        prob, svp = scalar(self, args, "prob", 0.05), scalar(self, args, "salt_vs_pepper", 0.5)
+        for name, v in (("prob", prob), ("salt_vs_pepper", svp)):
+            if not 0.0 <= v <= 1.0:
+                raise self.error(f"argument '{name}' must be in [0, 1], got {v}")
+        is_int = img.dtype.kind in "iu"
+        salt = scalar(self, args, "salt_val", float(np.iinfo(img.dtype).max) if is_int else 1.0)
+        pepper = scalar(self, args, "pepper_val", float(np.iinfo(img.dtype).min) if is_int else -1.0)
+        salt, pepper = to_dtype(np.float64(salt), img.dtype), to_dtype(np.float64(pepper), img.dtype)
+        layout = self.layout_of(args)
+        channel = layout.index("C") if "C" in layout else (img.ndim - 1 if not layout and img.ndim >= 3 else None)
+        shape = list(img.shape)
+        if channel is not None and not self.args.get("per_channel"):
+            shape[channel] = 1  # one draw per pixel, shared by its channels
+        u = _generator(ctx).random(shape, dtype=np.float32)
+        out = img.copy()
+        np.copyto(out, salt, where=u < np.float32(prob * svp))
+        np.copyto(out, pepper, where=(u >= np.float32(prob * svp)) & (u < np.float32(prob)))
+        return out
+
+
+@register
+class ShotNoise(LayoutAware):
+    """Poisson (photon-counting) noise: ``poisson(max(0, in / factor)) * factor``."""
+
+    schema = Schema(
+        name="noise.shot",
+        doc="Replaces each value x with poisson(max(0, x / factor)) * factor (identity when factor is 0).",
+        args=[Arg("factor", "float", 20.0, tensor=True,
+                  doc="the value one event adds; larger is noisier (0: no noise)")],
+        random=True,
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        img = _numeric(self, inputs[0])
+        factor = scalar(self, args, "factor", 20.0)
+        if factor == 0:
+            return img.copy()
+        lam = np.maximum(img.astype(np.float64) / factor, 0.0)
+        counts = _generator(ctx).poisson(lam)
+        return to_dtype((counts * factor).astype(np.float32), img.dtype)
