@@ -1,0 +1,86 @@
+"""``erase``: fill one or more boxes of each sample with a value."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.image.crop import LayoutAware
+from stoker.operators.image.slice import fill_for
+from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.tensor._axes import resolve_axes
+
+F32 = np.float32
+
+
+@register
+class Erase(LayoutAware):
+    """Erases boxes of each sample."""
+
+    schema = Schema(
+        name="erase",
+        legacy_name="Erase",
+        doc="Fills boxes with ``fill_value`` (one value, or one per channel). ``anchor`` and ``shape`` "
+            "hold one value per selected axis for each box, boxes one after another (``axis_names`` "
+            "default 'HW': y first). Coordinates may be normalized (``normalized``, "
+            "``normalized_anchor``, ``normalized_shape``) and, with ``centered_anchor``, give the "
+            "box's centre. A box covers [floor(start), floor(start + extent)); parts outside the "
+            "sample are ignored.",
+        args=[Arg("anchor", "float_list", [], tensor=True, doc="box starts, per axis, box after box"),
+              Arg("shape", "float_list", [], tensor=True, doc="box extents, per axis, box after box"),
+              Arg("axes", "int_list", None, doc="axes the values refer to (default [1, 0])"),
+              Arg("axis_names", "layout", None, doc="layout letters the values refer to (default 'HW')"),
+              Arg("fill_value", "float_list", [0.0], tensor=True, doc="value(s) written into the boxes"),
+              Arg("normalized", "bool", False, doc="anchor and shape are in [0, 1]"),
+              Arg("normalized_anchor", "bool", False, doc="anchor is in [0, 1]"),
+              Arg("normalized_shape", "bool", False, doc="shape is in [0, 1]"),
+              Arg("centered_anchor", "bool", False, doc="anchor is the centre of the box")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        a = self.args
+        if a["normalized"] and (a["normalized_anchor"] or a["normalized_shape"]):
+            raise arg_error("erase", "normalized", "cannot be combined with normalized_anchor/normalized_shape")
+        self.norm_anchor = a["normalized"] or a["normalized_anchor"]
+        self.norm_shape = a["normalized"] or a["normalized_shape"]
+
+    def _axes(self, layout: str, ndim: int) -> list[int]:
+        if self.args["axes"] is not None:
+            return resolve_axes("erase", self.args["axes"], None, layout, ndim)
+        names = self.args["axis_names"]
+        if names or (layout and "H" in layout and "W" in layout):
+            return resolve_axes("erase", None, names or "HW", layout, ndim)
+        return resolve_axes("erase", [1, 0], None, layout, ndim)
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        layout = self.layout_of(args)
+        axes = self._axes(layout, x.ndim)
+        anchor = np.asarray(args.get("anchor", []), F32).reshape(-1)
+        shape = np.asarray(args.get("shape", []), F32).reshape(-1)
+        n = len(axes)
+        if anchor.size != shape.size or anchor.size % n:
+            raise ValueError(f"erase: arguments 'anchor' ({anchor.size} values) and 'shape' ({shape.size}) "
+                             f"must hold the same number of boxes, {n} values per box (axes {axes})")
+        out = x.copy()
+        if anchor.size == 0:
+            return out
+        fill = fill_for(np.asarray(args.get("fill_value", [0.0])).reshape(-1).tolist(), x, layout, "erase")
+        ext = np.asarray([x.shape[a] for a in axes], F32)
+        for a, s in zip(anchor.reshape(-1, n), shape.reshape(-1, n)):
+            a = a * ext if self.norm_anchor else a  # float32 products, as DALI
+            s = s * ext if self.norm_shape else s
+            if np.any(s < 0):
+                raise ValueError(f"erase: argument 'shape' must be non-negative, got {s.tolist()}")
+            if self.args["centered_anchor"]:
+                a = a - s * F32(0.5)
+            index = [slice(None)] * x.ndim
+            for ax, lo, ex in zip(axes, a, s):
+                start = math.floor(float(lo))
+                stop = math.floor(float(F32(lo + ex)))
+                index[ax] = slice(min(max(start, 0), x.shape[ax]), min(max(stop, 0), x.shape[ax]))
+            out[tuple(index)] = fill
+        return out
