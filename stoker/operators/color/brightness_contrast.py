@@ -41,18 +41,22 @@ class _BrightnessContrastBase(Operator):
         shift = scalar(self, args, "brightness_shift", 0.0)
         c = scalar(self, args, "contrast", 1.0)
         center = scalar(self, args, "contrast_center", half_range(img.dtype))
-        # out = gain * in + bias, in float32 as DALI computes it
-        gain = np.float32(b * c)
-        bias = np.float32(shift * type_range(out_type) + b * center * (1.0 - c))
+        # float32 in DALI's order of operations (a different order moves rounding ties)
+        f32 = np.float32
+        b, c, center = f32(b), f32(c), f32(center)
+        add = f32(shift * type_range(out_type))
         if img.dtype == np.uint8:
-            table = np.arange(256, dtype=np.float32) * gain + bias
-            table = to_dtype(table, out_type)
+            table = to_dtype(add + b * (center + c * (np.arange(256, dtype=np.float32) - center)), out_type)
             if out_type in _LUT_TYPES and img.size:
                 flat = np.ascontiguousarray(img).reshape(-1, 1)
                 return cv2.LUT(flat, table).reshape(img.shape)
             return table[img]
-        x = img.astype(np.float32) * gain
-        x += bias
+        x = img.astype(np.float32)
+        x -= center
+        x *= c
+        x += center
+        x *= b
+        x += add
         return to_dtype(x, out_type)
 
 
