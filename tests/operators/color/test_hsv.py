@@ -89,3 +89,29 @@ def test_errors_name_operator_and_argument(images):
         run_pipeline("stoker", "hsv", [images["gray"]])
     with pytest.raises(PipelineBuildError, match="hue.*'image_type'"):
         run_pipeline("stoker", "hue", [images["rgb"]], image_type=types.YCbCr)
+
+
+@pytest.mark.oracle
+def test_random_hue_from_random_uniform_matches_dali(images):
+    """The augmentation pattern: per-sample arguments drawn by fn.random.uniform."""
+    from stoker import fn, pipeline_def
+
+    batch = [images["rgb"], images["noise"], images["rgb"], images["noise"]]
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=9)
+    def pipe():
+        x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
+        hue = fn.random.uniform(range=(-45.0, 45.0))
+        sat = fn.random.uniform(range=(0.5, 1.5))
+        return fn.hsv(x, hue=hue, saturation=sat), hue, sat
+
+    p = pipe()
+    p.build()
+    out, hue, sat = p.run()
+    hues = [np.float32(np.asarray(hue.at(i))) for i in range(4)]
+    sats = [np.float32(np.asarray(sat.at(i))) for i in range(4)]
+    assert len(set(hues)) == 4 and all(-45 <= h < 45 for h in hues)
+    theirs = run_pipeline("dali", "hsv", batch, per_sample={"hue": hues, "saturation": sats})
+    for i in range(4):
+        d = np.abs(np.asarray(out.at(i)).astype(int) - theirs[i])
+        assert d.max() <= 1 and d.mean() < 0.01
