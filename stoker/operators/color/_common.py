@@ -1,8 +1,8 @@
 """Helpers shared by the colour and filter operators: value ranges of types,
 reading scalar arguments, channel-last checks and colour matrices.
 
-Conversions to integer outputs round half away from zero's positive half (``floor(x + 0.5)``)
-and saturate, as DALI does for its colour operators.
+Conversions to integer outputs round half up (``floor(x + 0.5)``) and saturate,
+as DALI's colour and filter operators do.
 """
 
 from __future__ import annotations
