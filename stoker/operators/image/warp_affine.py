@@ -34,7 +34,8 @@ class WarpAffine(Operator):
             "second input). With ``inverse_map`` (default) the matrix maps output coordinates to "
             "input coordinates, otherwise input to output. ``size`` is the output (H, W) (default: "
             "the input's). Outside the input, ``fill_value`` is written; without it the border "
-            "pixels are repeated. ``interp_type``: INTERP_NN, INTERP_LINEAR (default) or INTERP_CUBIC.",
+            "pixels are repeated. ``interp_type``: INTERP_NN, INTERP_LINEAR (default) or INTERP_CUBIC "
+            "(a stoker extension: DALI warps with NN and linear only).",
         args=[Arg("matrix", "float_list", None, tensor=True, doc="2x3 matrix, row-major (6 values)"),
               Arg("inverse_map", "bool", True, doc="the matrix maps output to input"),
               Arg("size", "float_list", None, tensor=True, doc="output (H, W); default: the input's size"),
