@@ -30,7 +30,7 @@ class Squeeze(LayoutAware):
     )
 
     def setup(self):
-        if self.args["axes"] is None and not self.args["axis_names"]:
+        if self.args.get("axes") is None and "axes" in self.args and not self.args["axis_names"]:
             raise arg_error("squeeze", "axes", "give axes or axis_names")
 
     def run_sample(self, inputs, args, ctx):
@@ -49,7 +49,7 @@ class Squeeze(LayoutAware):
         if not lay:
             return [""]
         try:
-            sel = resolve_axes("squeeze", self.args["axes"], self.args["axis_names"], lay, len(lay))
+            sel = resolve_axes("squeeze", self.args.get("axes"), self.args["axis_names"], lay, len(lay))
         except ValueError:
             return [""]
         return [drop_layout(lay, sel)]

@@ -94,3 +94,15 @@ def test_full_and_like_forms_match_dali():
     check(lambda fn, t, x, f: fn.full_like(x, f), data, fill, layouts=["HW", None])
     check(lambda fn, t, x: fn.zeros_like(x), data, layouts=["HW"])
     check(lambda fn, t, x: fn.ones_like(x, dtype=t.FLOAT), data, layouts=["HW"])
+
+
+@pytest.mark.oracle
+def test_one_hot_axis_in_the_middle_names_the_new_axis():
+    check(lambda fn, t, x: fn.one_hot(x, num_classes=6, axis=1, axis_name="K"), LABELS, layouts=["HW"])
+
+
+@pytest.mark.oracle
+def test_cat_and_stack_of_many_inputs_match_dali():
+    batches = [[RNG.integers(0, 9, (2, i + 1), np.int16) for i in range(3)] for _ in range(4)]  # 4 inputs
+    check(lambda fn, t, *a: fn.cat(*a, axis=0), *batches, layouts=["HW"] * 4)
+    check(lambda fn, t, *a: fn.stack(*a, axis=2, axis_name="S"), *batches, layouts=["HW"] * 4)

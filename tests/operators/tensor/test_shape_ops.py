@@ -70,3 +70,12 @@ def test_cast_like_matches_dali(ref_dtype):
             np.linspace(-3, 3, 5).astype(np.float32)]
     refs = [np.zeros(1, ref_dtype)] * 2
     check(lambda fn, t, x, r: fn.cast_like(x, r), data, refs, layouts=["W", None])
+
+
+def test_squeeze_per_sample_axes():
+    # DALI 2.4 lists squeeze's axes as a tensor argument but refuses one at build; stoker takes it.
+    data = [np.arange(4, dtype=np.uint8).reshape(1, 4, 1), np.arange(2, dtype=np.uint8).reshape(1, 2, 1)]
+    axes = [np.array([0], np.int32), np.array([2], np.int32)]
+    (out, _), = run_graph("stoker", lambda fn, t, x, a: fn.squeeze(x, axes=a), data, axes)
+    for o, x, a in zip(out, data, axes):
+        np.testing.assert_array_equal(o, np.squeeze(x, tuple(a)))
