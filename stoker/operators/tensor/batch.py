@@ -27,7 +27,7 @@ class PermuteBatch(Operator):
         n = len(tl)
         if "indices" in arg_inputs:
             idx = [int(np.asarray(v).reshape(-1)[0]) for v in arg_inputs["indices"]]
-        elif self.args["indices"] is not None:
+        elif self.args.get("indices") is not None:
             idx = list(self.args["indices"])
         else:
             raise arg_error("permute_batch", "indices", "is required")

@@ -118,7 +118,7 @@ class Reinterpret(LayoutAware):
     )
 
     def setup(self):
-        given = [k for k in ("shape", "rel_shape", "src_dims") if self.args[k] is not None]
+        given = [k for k in ("shape", "rel_shape", "src_dims") if self.args.get(k) is not None]
         if len(given) > 1:
             raise arg_error("reinterpret", given[1], f"cannot be given together with {given[0]}")
 

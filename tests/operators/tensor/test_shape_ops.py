@@ -79,3 +79,9 @@ def test_squeeze_per_sample_axes():
     (out, _), = run_graph("stoker", lambda fn, t, x, a: fn.squeeze(x, axes=a), data, axes)
     for o, x, a in zip(out, data, axes):
         np.testing.assert_array_equal(o, np.squeeze(x, tuple(a)))
+
+
+@pytest.mark.oracle
+def test_reinterpret_per_sample_shape_matches_dali():
+    shapes = [np.array([3, 2], np.int32), np.array([2, 6], np.int32)]
+    check(lambda fn, t, x, s: fn.reinterpret(x, shape=s), X32, shapes, layouts=["HW", None])
