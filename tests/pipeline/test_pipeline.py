@@ -228,3 +228,14 @@ def test_reset_in_mid_stream_loses_no_batch():
     got += [int(pipe.run()[0].at(0)[0]) for _ in range(3)]
     assert got == [0, 1, 2, 3]
     pipe.close()
+
+
+def test_cast_rounds_halves_away_from_zero_and_full_index_gives_a_scalar():
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def p():
+        f = fn.constant(fdata=[2.5, -0.5, 1.5, -2.5, 1e10])
+        return fn.cast(f, dtype=types.INT32), fn.constant(idata=[1, 2, 3])[0]
+
+    cast, scalar = run_once(p())
+    np.testing.assert_array_equal(cast.at(0), [3, -1, 2, -3, np.iinfo(np.int32).max])
+    assert scalar.at(0).shape == () and int(scalar.at(0)) == 1

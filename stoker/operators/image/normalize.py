@@ -16,7 +16,7 @@ from stoker.errors import OperatorError, arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor._axes import resolve_axes
-from stoker.operators.tensor.shape_ops import convert_round_half_away
+from stoker.operators.tensor.basic import convert
 from stoker.tensors import TensorListCPU
 
 
@@ -142,7 +142,7 @@ class Normalize(Operator):
         out = ((xf - mean) * factor + self.args["shift"]).astype(np.float32)
         dtype = np.dtype(self.args["dtype"])
         if dtype.kind in "iu":
-            return convert_round_half_away(out, dtype)
+            return convert(out, dtype)
         return out.astype(dtype)
 
 

@@ -17,7 +17,7 @@ from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.image.slice import c_cast_array
 from stoker.operators.schema import Arg, Schema, register
-from stoker.operators.tensor.shape_ops import convert_round_half_away
+from stoker.operators.tensor.basic import convert
 
 _INTERP = {types.INTERP_NN: cv2.INTER_NEAREST, types.INTERP_LINEAR: cv2.INTER_LINEAR,
            types.INTERP_CUBIC: cv2.INTER_CUBIC}
@@ -98,7 +98,7 @@ class WarpAffine(Operator):
         out_dtype = np.dtype(self.dtype if self.dtype is not None else in_dtype)
         if out.dtype == out_dtype:
             return out
-        return convert_round_half_away(out, out_dtype) if out_dtype.kind in "iu" else out.astype(out_dtype)
+        return convert(out, out_dtype) if out_dtype.kind in "iu" else out.astype(out_dtype)
 
     def _warp(self, src, cv_m, out_w, out_h, border, value):
         flags = _INTERP[self.args["interp_type"]] | cv2.WARP_INVERSE_MAP

@@ -93,11 +93,13 @@ class Cast(Operator):
 
 
 def convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Cast with rounding to nearest and saturation when going to an integer type."""
+    """Cast as DALI does: float to integer rounds halves away from zero (2.5 -> 3,
+    -0.5 -> -1) and saturates; integer to a narrower integer saturates."""
     dtype = np.dtype(dtype)
     if dtype.kind in "iu" and x.dtype.kind == "f":
         info = np.iinfo(dtype)
-        return np.clip(np.rint(x), info.min, info.max).astype(dtype)
+        x64 = x.astype(np.float64)  # exact for float16/32, so adding the half cannot round up
+        return np.clip(np.trunc(x64 + np.copysign(0.5, x64)), info.min, info.max).astype(dtype)
     if dtype.kind in "iu" and x.dtype.kind in "iu":
         info = np.iinfo(dtype)
         if np.can_cast(x.dtype, dtype):
@@ -195,7 +197,10 @@ class Subscript(Operator):
                 parts = [args[p] if isinstance(p, str) else p for p in item[1:]]
                 key.append(slice(*[None if p is None else int(p) for p in parts]))
         try:
-            return np.ascontiguousarray(inputs[0][tuple(key)])
+            out = inputs[0][tuple(key)]
+            if np.ndim(out) == 0:  # a full index gives a 0-d sample, as in DALI
+                return np.array(out)
+            return np.ascontiguousarray(out)
         except IndexError as e:
             raise self.error(f"index out of range for a sample of shape {inputs[0].shape}: {e}") from None
 

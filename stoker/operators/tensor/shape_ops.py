@@ -177,16 +177,4 @@ class CastLike(LayoutAware):
     )
 
     def run_sample(self, inputs, args, ctx):
-        return convert_round_half_away(inputs[0], inputs[1].dtype)
-
-
-def convert_round_half_away(x: np.ndarray, dtype) -> np.ndarray:
-    """Type conversion as DALI does it: float to integer rounds halves away from zero
-    (2.5 -> 3, -0.5 -> -1) and saturates; everything else as :func:`convert`."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu" and x.dtype.kind == "f":
-        info = np.iinfo(dtype)
-        x64 = x.astype(np.float64)  # exact for float16/32, so adding the half cannot round up
-        r = np.trunc(x64 + np.copysign(0.5, x64))
-        return np.clip(r, info.min, info.max).astype(dtype)
-    return convert(x, dtype)
+        return convert(inputs[0], inputs[1].dtype)
