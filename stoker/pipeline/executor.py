@@ -17,6 +17,7 @@ iteration i runs on the GPU and the user's training step runs in Python.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -33,6 +34,9 @@ from stoker.pipeline.graph import Graph
 _STOP = object()
 _log = logging.getLogger("stoker")
 _MAX_REFILL_ROUNDS = 16
+# error_reports keeps the latest entries only: a long run over data with many bad files would
+# otherwise grow without bound (error_count counts them all).
+MAX_ERROR_REPORTS = 10_000
 
 
 @dataclass
@@ -62,7 +66,9 @@ class Executor:
         self.gpu = gpu_context
         self.asynchronous = asynchronous
         self.on_error = on_error
-        self.error_reports: list[dict] = []  # samples skipped or substituted (see Pipeline.error_report)
+        # samples skipped or substituted (see Pipeline.error_report), the latest MAX_ERROR_REPORTS
+        self.error_reports: collections.deque = collections.deque(maxlen=MAX_ERROR_REPORTS)
+        self.error_count = 0
         from stoker.operators.base import Reader
 
         self._refillable = bool(graph.source_nodes) and all(
@@ -247,6 +253,7 @@ class Executor:
             it.batch_size = target
         with self._lock:
             self.error_reports.extend(it.reports)
+            self.error_count += len(it.reports)
         for r in it.reports:
             _log.warning("stoker: %s sample %s at iteration %d (%s: %s)", r["action"], r["source"] or "?",
                          r["iteration"], r["operator"], r["reason"])

@@ -322,12 +322,17 @@ class Pipeline:
         """Samples skipped or substituted so far (on_error="skip"/"substitute").
 
         Each entry: ``source`` (file path or record), ``operator``, ``reason``,
-        ``iteration`` and ``action``.
+        ``iteration`` and ``action``. Only the latest 10,000 are kept; :meth:`error_count`
+        counts them all.
         """
         if self._executor is None:
             return []
         with self._executor._lock:
             return list(self._executor.error_reports)
+
+    def error_count(self) -> int:
+        """How many samples were skipped or substituted so far (all of them, unlike error_report)."""
+        return 0 if self._executor is None else self._executor.error_count
 
     def reader_meta(self, name: str | None = None) -> dict:
         """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""

@@ -131,7 +131,7 @@ class BaseIterator:
         self._stopped = [False] * self._num_gpus  # pipelines that raised StopIteration
         self._first_batch = None
         self._epoch = 0  # epochs ended so far (for the error summary)
-        self._reported = 0  # error_report() entries already summarized
+        self._reported = [0] * self._num_gpus  # per pipeline: error entries already summarized
         self._summarized = False  # this epoch's summary was logged
 
         flags = {bool(getattr(p, "_enable_checkpointing", False)) for p in self._pipes}
@@ -365,7 +365,8 @@ class BaseIterator:
         """Samples the pipelines skipped or substituted so far (``on_error="skip"/"substitute"``).
 
         Entries are those of ``Pipeline.error_report()`` (``source``, ``operator``, ``reason``,
-        ``iteration``, ``action``) plus ``pipeline``, the pipeline's index in this iterator.
+        ``iteration``, ``action``) plus ``pipeline``, the pipeline's index in this iterator. Each
+        pipeline keeps its latest 10,000 entries; ``error_count()`` counts them all.
         """
         out = []
         for i, p in enumerate(self._pipes):
@@ -373,6 +374,11 @@ class BaseIterator:
             if report is not None:
                 out.extend({**r, "pipeline": i} for r in report())
         return out
+
+    def error_count(self) -> int:
+        """How many samples the pipelines skipped or substituted so far."""
+        return sum(p.error_count() if hasattr(p, "error_count") else len(getattr(p, "error_report", list)())
+                   for p in self._pipes)
 
     def _summarize_errors(self) -> None:
         """At the end of an epoch, log once how many samples were skipped/substituted since the last
@@ -382,15 +388,25 @@ class BaseIterator:
             return
         self._summarized = True
         epoch, self._epoch = self._epoch, self._epoch + 1
-        reports = self.error_report()
-        new, self._reported = reports[self._reported:], len(reports)
-        if not new:
+        new: list[dict] = []
+        total = 0
+        for i, p in enumerate(self._pipes):
+            if not hasattr(p, "error_report"):  # a DALI pipeline
+                continue
+            report = p.error_report()  # the latest entries only, in a long run
+            count = p.error_count() if hasattr(p, "error_count") else len(report)
+            fresh, self._reported[i] = count - self._reported[i], count
+            total += fresh
+            new.extend(report[len(report) - min(fresh, len(report)):])
+        if not total:
             return
         counts = Counter(r["action"] for r in new)
         what = ", ".join(f"{n} sample(s) {action}" for action, n in sorted(counts.items()))
+        if len(new) < total:
+            what += f" ({total} in all)"
         examples = "; ".join(f"{r['source'] or '?'} ({r['operator']}: {r['reason']})" for r in new[:3])
-        more = f" and {len(new) - 3} more" if len(new) > 3 else ""
-        _log.warning("stoker iterator: epoch %d: %s: %s%s (iterator.error_report() lists them all)",
+        more = f" and {total - 3} more" if total > 3 else ""
+        _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())",
                      epoch, what, examples, more)
 
     @property

@@ -92,3 +92,23 @@ def test_no_summary_without_errors(tmp_path, caplog):
     assert np.asarray(next(iter(it))[0]["label"]).shape == (2, 1)
     for p in it._pipes:
         p.close()
+
+
+def test_reports_are_capped_but_counted(root, caplog, monkeypatch):
+    """A long run keeps only the latest entries (bounded memory); the counts stay exact."""
+    from stoker.pipeline import executor
+
+    monkeypatch.setattr(executor, "MAX_ERROR_REPORTS", 2)
+    it = _iterator(root)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        for _ in range(3):
+            for _ in it:
+                pass
+    pipe = it._pipes[0]
+    total = pipe.error_count()
+    assert total >= 6 and it.error_count() == total  # 2 bad files per pass, 3+ passes read
+    assert len(pipe.error_report()) == 2 and len(it.error_report()) == 2
+    assert [r["iteration"] for r in pipe.error_report()] == sorted(r["iteration"] for r in pipe.error_report())
+    summaries = [r.getMessage() for r in _summaries(caplog)]
+    assert any("in all)" in m for m in summaries)  # an epoch with more entries than were kept
+    pipe.close()
