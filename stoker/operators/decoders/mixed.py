@@ -80,6 +80,20 @@ class _State:
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
         self.in_use: collections.deque = collections.deque()
         self.timing = collections.Counter()  # seconds spent, for benchmarks
+        self.device_id = device_id
+        self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
+        self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
+
+    def hardware(self):
+        """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
+        if self.hw is None and self.hw_problem is None:
+            from stoker.backend.nvjpeg import HardwareDecoder, NvjpegUnavailable
+
+            try:
+                self.hw = HardwareDecoder(self.device_id)
+            except (NvjpegUnavailable, OSError) as e:
+                self.hw_problem = str(e)
+        return self.hw
 
     def retire(self, stream) -> None:
         cp = _cupy_mod()
@@ -209,12 +223,33 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     dtype = op.args.get("dtype")
     on_gpu = (gray or out_type is None or getattr(out_type, "name", "") == "RGB") and \
         (dtype is None or np.dtype(dtype) == np.uint8)
-    heads = [_header(np.asarray(d)) for d in enc]
-    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS] if on_gpu else []
-    n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
-    cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
-    gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
+    # Baseline colour JPEGs go to the hardware engines through nvJPEG (one GIL-free call per
+    # batch); the rest through nvImageCodec (progressive, gray, EXIF-rotated) or the CPU.
+    hw_idx, hw_wins, heads = [], [], [None] * n
     wins: list = [None] * n
+    hw = st.hardware() if on_gpu and not gray else None
+    if hw is not None:
+        from stoker.backend.nvjpeg import hardware_eligible
+
+        for i, d in enumerate(enc):
+            size = hardware_eligible(np.asarray(d))
+            if size is None:
+                continue
+            h, w = size
+            win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w)
+            win = (0, 0, h, w) if win is None else _clip(win, h, w)
+            heads[i] = (None, "jpeg", h, w)
+            wins[i] = win
+            hw_idx.append(i)
+            hw_wins.append(win)
+    hw_set = set(hw_idx)
+    for i in range(n):
+        if i not in hw_set:
+            heads[i] = _header(np.asarray(enc[i]))
+    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and i not in hw_set] if on_gpu else []
+    n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
+    cpu_idx = sorted(set(range(n)) - set(gpu_idx) - hw_set) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
+    gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
     subs = []
     for i in gpu_idx:
         cs, _, h, w = heads[i]
@@ -229,7 +264,8 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     else:
         futures = None
     return {"n": n, "enc": enc, "heads": heads, "wins": wins, "gray": gray, "subs": subs,
-            "gpu_idx": gpu_idx, "cpu_idx": cpu_idx, "futures": futures, "sources": list(batch.sources)}
+            "gpu_idx": gpu_idx, "cpu_idx": cpu_idx, "futures": futures, "sources": list(batch.sources),
+            "hw_idx": hw_idx, "hw_wins": hw_wins}
 
 
 def mixed_decode(op, kind, batch, inputs, arg_inputs):
@@ -253,6 +289,19 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     def cpu_one(i):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, gray, i)
 
+    if prep.get("hw_idx"):
+        from stoker.backend.nvjpeg import NvjpegUnavailable
+
+        t0 = time.perf_counter()
+        try:
+            decoded = st.hw.decode([prep["enc"][i] for i in prep["hw_idx"]], prep["hw_wins"], stream)
+            for i, a in zip(prep["hw_idx"], decoded):
+                results[i] = a
+        except NvjpegUnavailable:  # nvJPEG refused this batch: decode these on the CPU instead
+            cpu_idx += prep["hw_idx"]
+            if futures is not None:
+                futures = futures + [pool.submit(cpu_one, i) for i in prep["hw_idx"]]
+        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
     if gpu_idx:
         # nvImageCodec runs fastest on the legacy default stream (measured); the pipeline's
         # stream then waits for it through an event.
