@@ -17,8 +17,8 @@ import zlib
 import cv2
 import numpy as np
 import pytest
-from conftest import jpeg_bytes, photo, pillow_bytes, pillow_rgb, png_bytes
 from PIL import Image
+from reliability_images import jpeg_bytes, photo, pillow_bytes, pillow_rgb, png_bytes
 
 import stoker.fn as fn
 from stoker import pipeline_def, types

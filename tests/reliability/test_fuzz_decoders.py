@@ -14,10 +14,10 @@ import os
 
 import numpy as np
 import pytest
-from conftest import jpeg_bytes, photo, pillow_bytes, png_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from reliability_images import jpeg_bytes, photo, pillow_bytes, png_bytes
 
 from stoker import types
 from stoker.errors import OperatorError

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import jpeg_bytes, photo
+from reliability_images import jpeg_bytes, photo
 
 import stoker.fn as fn
 from stoker import pipeline_def

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from conftest import jpeg_bytes, photo
+from reliability_images import jpeg_bytes, photo
 
 import stoker.fn as fn
 from stoker import pipeline_def, types
