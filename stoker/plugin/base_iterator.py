@@ -406,8 +406,14 @@ class BaseIterator:
             what += f" ({total} in all)"
         examples = "; ".join(f"{r['source'] or '?'} ({r['operator']}: {r['reason']})" for r in new[:3])
         more = f" and {total - 3} more" if total > 3 else ""
-        _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())",
-                     epoch, what, examples, more)
+        drift = ""
+        if self._reader_name and counts.get("skipped"):
+            # The epoch length comes from the reader's file count, and skipped files are replaced by
+            # the next files of the stream: the iterator's epoch runs on into the reader's next pass.
+            drift = (f"; with reader_name the epoch still holds {self._size} samples, so skipped files are "
+                     "made up from the next pass")
+        _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())%s",
+                     epoch, what, examples, more, drift)
 
     @property
     def size(self) -> int:

@@ -58,6 +58,7 @@ def test_error_report_lists_the_bad_files_and_one_summary_is_logged_per_epoch(ro
                for r in report)
     first, second = (r.getMessage() for r in _summaries(caplog))
     assert "epoch 0" in first and "skipped" in first and "b_truncated.jpg" in first
+    assert "next pass" in first  # the known drift of reader_name epochs under "skip" is stated
     assert "epoch 1" in second
     # Every entry is summarized exactly once over the epochs (the pipelines run ahead, so an entry
     # may fall into the next epoch's summary, never into two).
