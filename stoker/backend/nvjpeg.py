@@ -148,12 +148,21 @@ class HardwareDecoder:
             _check(self.holding.nvjpegDecodeParamsSetOutputFormat(p, _OUTPUT_RGBI), "SetOutputFormat")
             self.params.append(p)
 
-    def decode(self, datas: list[np.ndarray], windows: list[tuple[int, int, int, int]], stream) -> list:
+    def decode(self, datas: list[np.ndarray], windows: list[tuple[int, int, int, int]], stream,
+               fixed_batch: int = 0) -> list:
         """Decode ``datas[i]`` cropped to ``windows[i]`` = (y, x, h, w), in stream order on ``stream``.
 
+        ``fixed_batch``: pad the call to this many images (repeats of the first, decoded to an
+        8x8 corner) so that nvJPEG's batched state is initialized once, not for every size.
         Returns HWC uint8 CuPy arrays (views of one buffer allocated on ``stream``).
         Raises NvjpegUnavailable when nvJPEG refuses the batch (the caller falls back).
         """
+        real = len(datas)
+        if fixed_batch > real > 0:
+            h0, w0 = windows[0][2] + windows[0][0], windows[0][3] + windows[0][1]
+            pad = (0, 0, min(8, h0), min(8, w0))
+            datas = list(datas) + [datas[0]] * (fixed_batch - real)
+            windows = list(windows) + [pad] * (fixed_batch - real)
         n = len(datas)
         cp = self.cp
         self._ensure(n)
@@ -177,7 +186,7 @@ class HardwareDecoder:
         _check(self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, ptrs, lengths, images, params,
                                                     ctypes.c_void_p(stream.ptr)), "nvjpegDecodeBatchedEx")
         out, off = [], 0
-        for (_, _, h, w), size in zip(windows, sizes):
+        for (_, _, h, w), size in zip(windows[:real], sizes):
             out.append(buf[off:off + size].reshape(h, w, 3))
             off += size
         return out

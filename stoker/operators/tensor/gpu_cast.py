@@ -8,14 +8,15 @@ from stoker.operators.gpu_registry import register_gpu
 
 
 def cast_array(x, dtype):
-    """``x`` (CuPy) converted to ``dtype``: floats round to nearest and saturate into integer types."""
+    """``x`` (CuPy) converted to ``dtype``: floats round halves away from zero and saturate into integer types."""
     from stoker.backend import cuda
 
     cp = cuda._cupy()
     dtype = np.dtype(dtype)
     if dtype.kind in "iu" and x.dtype.kind == "f":
         info = np.iinfo(dtype)
-        return cp.clip(cp.rint(x), info.min, info.max).astype(dtype)
+        x64 = x.astype(cp.float64)  # halves round away from zero, as the CPU cast (and DALI)
+        return cp.clip(cp.trunc(x64 + cp.copysign(0.5, x64)), info.min, info.max).astype(dtype)
     if dtype.kind in "iu" and x.dtype.kind in "iu" and not np.can_cast(x.dtype, dtype):
         info = np.iinfo(dtype)
         return cp.clip(x, info.min, info.max).astype(dtype)
