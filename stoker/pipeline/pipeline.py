@@ -38,7 +38,8 @@ class Pipeline:
     operator, the iteration and the sample), ``prefetch_queue_depth`` (int or
     ``{"cpu_size", "gpu_size"}``), ``exec_pipelined`` and ``exec_async`` (run
     ahead in background threads), ``enable_checkpointing`` / ``checkpoint``
-    (exact resume) and ``on_error`` (stoker's per-sample policy for bad data).
+    (exact resume), ``on_error`` (stoker's per-sample policy for bad data) and
+    ``max_pixels`` (stoker's default pixel limit of the image decoders; None: 2**28).
     """
 
     def __init__(self, batch_size=None, num_threads=None, device_id=None, seed=None, exec_pipelined=True,
@@ -47,7 +48,7 @@ class Pipeline:
                  enable_checkpointing=False, checkpoint=None, py_num_workers=1, py_start_method="fork",
                  py_callback_pickler=None, output_dtype=None, output_ndim=None, output_layout=None,
                  exec_dynamic=None, experimental_exec_dynamic=None, stream_policy=None, concurrency=None,
-                 on_error="raise"):
+                 on_error="raise", max_pixels=None):
         if batch_size is None or batch_size == -1:
             batch_size = -1
         elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -61,6 +62,10 @@ class Pipeline:
             raise PipelineBuildError(f"Pipeline: device_id must be a GPU index or None, got {device_id!r}")
         if on_error not in ("raise", "skip", "substitute"):
             raise PipelineBuildError(f"Pipeline: on_error must be 'raise', 'skip' or 'substitute', got {on_error!r}")
+        if max_pixels is not None and (isinstance(max_pixels, bool) or not isinstance(max_pixels, int)
+                                       or max_pixels < 0):
+            raise PipelineBuildError(f"Pipeline: max_pixels must be an int >= 0 (0: no limit), got {max_pixels!r}")
+        self._max_pixels = max_pixels
         self._batch_size = batch_size
         self._num_threads = num_threads
         self._device_id = None if device_id in (None, -1) else device_id
@@ -131,6 +136,11 @@ class Pipeline:
     @property
     def on_error(self) -> str:
         return self._on_error
+
+    @property
+    def max_pixels(self) -> int | None:
+        """Default pixel limit of the image decoders in this pipeline (None: theirs, 2**28)."""
+        return self._max_pixels
 
     # --- definition -----------------------------------------------------
     @staticmethod

@@ -193,6 +193,38 @@ def test_max_pixels_argument_is_checked(tmp_path):
         pipe.close()
 
 
+def test_pipeline_level_max_pixels_is_the_decoders_default(tmp_path):
+    from stoker.errors import PipelineBuildError
+
+    _make_dataset(tmp_path / "data", None)
+
+    def make(**dec):
+        @pipeline_def(batch_size=BATCH, num_threads=2, device_id=None, seed=0, max_pixels=100)
+        def p():
+            jpegs, _ = fn.readers.file(file_root=str(tmp_path / "data"))
+            return fn.decoders.image(jpegs, **dec)
+
+        pipe = p()
+        pipe.build()
+        return pipe
+
+    pipe = make()
+    try:
+        with pytest.raises(OperatorError, match="max_pixels=100"):
+            pipe.run()
+    finally:
+        pipe.close()
+    pipe = make(max_pixels=0)  # the decoder's own argument wins: no limit
+    try:
+        (images,) = pipe.run()
+        assert len(images) == BATCH
+    finally:
+        pipe.close()
+    with pytest.raises(PipelineBuildError, match="max_pixels"):
+        pipeline_def(lambda: fn.decoders.image(fn.readers.file(file_root=str(tmp_path))[0]),
+                     batch_size=1, device_id=None, max_pixels=-5)()
+
+
 # --- valid but unusual files: decoded correctly under both policies ------------------------
 
 def _png_named_jpg():

@@ -47,9 +47,10 @@ DECODER_ARGS = (
     Arg("split_stages", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("use_chunk_allocator", "bool", False, doc="deprecated in DALI; ignored"),
     Arg("memory_stats", "bool", False, doc="ignored"),
-    Arg("max_pixels", "int", DEFAULT_MAX_PIXELS,
+    Arg("max_pixels", "int", None,
         doc="stoker only: refuse images whose header claims more pixels (height * width) than this, "
-            "before allocating anything; 0 = no limit"),
+            f"before allocating anything; 0 = no limit; default: the pipeline's max_pixels, else "
+            f"{DEFAULT_MAX_PIXELS} (2**28)"),
 )
 
 _DEVICES = ("cpu", "mixed")
@@ -69,7 +70,14 @@ class _ImageDecoderBase(Operator):
         max_pixels = a.get("max_pixels")
         if max_pixels is not None and max_pixels < 0:
             raise arg_error(self.schema.name, "max_pixels", f"must be >= 0 (0: no limit), got {max_pixels}")
-        self.max_pixels = max_pixels
+        self.max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
+        self._max_pixels_given = max_pixels is not None
+
+    def bind_pipeline(self, pipe) -> None:
+        """Take the pipeline's max_pixels when the decoder was not given its own."""
+        default = getattr(pipe, "max_pixels", None)
+        if not self._max_pixels_given and default is not None:
+            self.max_pixels = default
 
     def decode(self, data, args, roi=None, roi_fn=None) -> np.ndarray:
         try:
