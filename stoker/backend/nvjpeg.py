@@ -11,6 +11,11 @@ call per batch.
 
 The hardware engines take baseline (sequential Huffman) 3-component JPEGs;
 :func:`hardware_eligible` picks those, the rest go to nvImageCodec or the CPU.
+
+Status: opt-in (``STOKER_NVJPEG_HW=1``). In the pipeline on an H100 the call took
+22 ms per batch instead of the probe's 13, the pipeline was no faster, and the
+output differed from the CPU decoders by 6.4 levels on average (chroma), which
+the GPU parity tests refuse; both need a look before it is the default.
 """
 
 from __future__ import annotations
