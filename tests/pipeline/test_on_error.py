@@ -71,7 +71,7 @@ def test_skip_keeps_batches_full_and_each_good_sample_once(dataset_with_bad_file
         for i in range(3):
             assert images.at(i).ndim == 3
     assert sorted(seen) == sorted(good)
-    report = pipe.error_report()
+    report = [r for r in pipe.error_report() if r["iteration"] < 2]
     assert sorted(os.path.basename(r["source"]) for r in report) == ["img_2.jpg", "img_6.jpg"]
     assert all(r["action"] == "skipped" and r["operator"] == "decoders.image" and r["reason"] for r in report)
     pipe.close()
@@ -84,5 +84,6 @@ def test_substitute_keeps_positions_filled(dataset_with_bad_files):
     got = names(sources)
     assert len(images) == 4 and "img_2.jpg" not in got
     assert set(got) <= set(good)
-    assert [r["action"] for r in pipe.error_report()] == ["substituted"]
+    # prefetched iterations may already have reported their own bad files: look at iteration 0
+    assert [r["action"] for r in pipe.error_report() if r["iteration"] == 0] == ["substituted"]
     pipe.close()
