@@ -1,0 +1,1 @@
+"""Bounding-box, coordinate and affine-transform operators (object detection pipelines)."""

@@ -1,0 +1,211 @@
+"""``bb_flip``, ``coord_flip``, ``coord_transform`` and ``bbox_paste``: per-sample box/point maths."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+
+
+def _float_values(op, name, value):
+    """A per-sample or static numeric argument as a flat float64 array."""
+    try:
+        return np.asarray(value, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise arg_error(op, name, f"expected numbers, got {value!r}") from None
+
+
+def _boxes(op, inputs, ncoords=(4, 6)):
+    """The input boxes as an (N, k) float array; a flat array of k*N values is accepted too."""
+    b = np.asarray(inputs[0])
+    if b.ndim == 1 and b.size in ncoords:
+        b = b.reshape(1, -1)
+    if b.ndim != 2 or b.shape[1] not in ncoords:
+        raise op.error(f"{op.schema.name}: expected boxes of shape (N, {' or '.join(map(str, ncoords))}), "
+                       f"got {b.shape}")
+    return b
+
+
+@register
+class BbFlip(Operator):
+    """Mirrors bounding boxes given in relative coordinates."""
+
+    schema = Schema(
+        name="bb_flip",
+        legacy_name="BbFlip",
+        doc="Flips bounding boxes (relative coordinates, [0, 1]) horizontally, vertically and/or in depth. "
+            "Boxes are (N, 4) [x, y, w, h] or, with ltrb=True, [l, t, r, b]; 3D boxes are (N, 6).",
+        args=[Arg("ltrb", "bool", False, doc="boxes are [left, top, right, bottom] rather than [x, y, w, h]"),
+              Arg("horizontal", "int", 1, tensor=True, doc="1 mirrors left-right"),
+              Arg("vertical", "int", 0, tensor=True, doc="1 mirrors top-bottom"),
+              Arg("depthwise", "int", 0, tensor=True, doc="1 mirrors front-back (3D boxes)")],
+        devices=("cpu",),
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        b = _boxes(self, inputs).astype(np.float32)
+        nd = b.shape[1] // 2
+        ltrb = self.args["ltrb"]
+        lo = b[:, :nd].copy()
+        hi = b[:, nd:] if ltrb else lo + b[:, nd:]  # [x, y, w, h] goes through corners, as DALI does
+        for d, key in enumerate(("horizontal", "vertical", "depthwise")[:nd]):
+            if int(args.get(key) or 0):
+                lo[:, d], hi[:, d] = 1.0 - hi[:, d], 1.0 - lo[:, d]
+        return np.concatenate([lo, hi if ltrb else hi - lo], 1)
+
+
+@register
+class CoordFlip(Operator):
+    """Mirrors point coordinates around a center."""
+
+    schema = Schema(
+        name="coord_flip",
+        legacy_name="CoordFlip",
+        doc="Flips coordinates (N, ndim) around a center: x -> 2*center_x - x for each flipped dimension.",
+        args=[Arg("layout", "layout", None, doc="order of the coordinates: 'x', 'xy', 'xyz' (default by ndim)"),
+              Arg("flip_x", "int", 1, tensor=True, doc="1 flips the x coordinate"),
+              Arg("flip_y", "int", 0, tensor=True, doc="1 flips the y coordinate"),
+              Arg("flip_z", "int", 0, tensor=True, doc="1 flips the z coordinate"),
+              Arg("center_x", "float", 0.5, tensor=True, doc="flip center along x"),
+              Arg("center_y", "float", 0.5, tensor=True, doc="flip center along y"),
+              Arg("center_z", "float", 0.5, tensor=True, doc="flip center along z")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        lay = self.args["layout"] or ""
+        if lay and (len(set(lay)) != len(lay) or set(lay) - set("xyz") or len(lay) > 3):
+            raise arg_error("coord_flip", "layout", f"expected a permutation of 'x', 'xy' or 'xyz', got {lay!r}")
+
+    def run_sample(self, inputs, args, ctx):
+        c = np.asarray(inputs[0])
+        if c.ndim == 1:
+            c = c.reshape(-1, 1) if not self.args["layout"] else c.reshape(-1, len(self.args["layout"]))
+        if c.ndim != 2 or not 1 <= c.shape[1] <= 3:
+            raise self.error(f"coord_flip: expected coordinates of shape (N, 1..3), got {c.shape}")
+        lay = self.args["layout"] or "xyz"[:c.shape[1]]
+        if len(lay) != c.shape[1]:
+            raise self.error(f"coord_flip: layout {lay!r} does not match {c.shape[1]} coordinates per point")
+        out = c.astype(np.float32, copy=True)
+        for k, axis in enumerate(lay):
+            if int(args.get(f"flip_{axis}") or 0):
+                out[:, k] = np.float32(2.0 * float(args[f"center_{axis}"])) - out[:, k]
+        return out
+
+
+@register
+class CoordTransform(Operator):
+    """Applies an affine map to points: out = M @ x + T."""
+
+    schema = Schema(
+        name="coord_transform",
+        legacy_name="CoordTransform",
+        doc="Transforms points (N, in_dim) by out = M x + T. M is a scalar (a uniform scale), or out_dim*in_dim "
+            "values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1).",
+        args=[Arg("M", "float_list", None, tensor=True, doc="linear part (scalar or out_dim*in_dim values)"),
+              Arg("T", "float_list", None, tensor=True, doc="translation (scalar or out_dim values)"),
+              Arg("MT", "float_list", None, tensor=True, doc="M and T together: out_dim x (in_dim + 1)"),
+              Arg("dtype", "dtype", np.float32, doc="output type: float32 or the input's type (integers are rounded)")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        a = self.args
+        if a.get("MT") is not None and (a.get("M") is not None or a.get("T") is not None):
+            raise arg_error("coord_transform", "MT", "give either MT or M/T, not both")
+        dt = np.dtype(a["dtype"] or np.float32)
+        if dt.kind not in "fiu":
+            raise arg_error("coord_transform", "dtype", f"expected a numeric type, got {dt}")
+        self.out_dtype = dt
+
+    def matrix(self, args, in_dim):
+        """The (out_dim, in_dim + 1) affine matrix of one sample."""
+        op = "coord_transform"
+        if args.get("MT") is not None:
+            mt = _float_values(op, "MT", args["MT"])
+            if mt.size == 1:
+                m = np.eye(in_dim) * mt[0]
+                return np.concatenate([m, np.zeros((in_dim, 1))], 1)
+            if mt.size % (in_dim + 1):
+                raise arg_error(op, "MT", f"{mt.size} values do not make rows of {in_dim + 1} "
+                                          f"(in_dim {in_dim} + 1)")
+            return mt.reshape(-1, in_dim + 1)
+        if args.get("M") is None:
+            m = np.eye(in_dim)
+        else:
+            mv = _float_values(op, "M", args["M"])
+            if mv.size == 1:
+                m = np.eye(in_dim) * mv[0]
+            elif mv.size % in_dim:
+                raise arg_error(op, "M", f"{mv.size} values do not make rows of in_dim={in_dim}")
+            else:
+                m = mv.reshape(-1, in_dim)
+        out_dim = m.shape[0]
+        t = np.zeros(out_dim) if args.get("T") is None else _float_values(op, "T", args["T"])
+        if t.size == 1:
+            t = np.full(out_dim, t[0])
+        elif t.size != out_dim:
+            if args.get("M") is None and t.size != in_dim:
+                raise arg_error(op, "T", f"{t.size} values do not match out_dim {out_dim}")
+            if args.get("M") is not None:
+                raise arg_error(op, "T", f"{t.size} values do not match out_dim {out_dim}")
+        return np.concatenate([m, t.reshape(-1, 1)], 1)
+
+    def run_sample(self, inputs, args, ctx):
+        x = np.asarray(inputs[0])
+        if x.ndim == 0:
+            raise self.error("coord_transform: expected points of shape (..., in_dim)")
+        if x.ndim == 1:
+            x = x.reshape(-1, 1)
+        if self.out_dtype != np.float32 and self.out_dtype != x.dtype:
+            raise self.error(f"coord_transform: argument 'dtype' must be float32 or the input's type ({x.dtype}), "
+                             f"got {self.out_dtype}")
+        in_dim = x.shape[-1]
+        mt = self.matrix(args, in_dim)
+        pts = x.reshape(-1, in_dim).astype(np.float64)
+        out = pts @ mt[:, :in_dim].T + mt[:, in_dim]
+        out = out.reshape(*x.shape[:-1], mt.shape[0])
+        if self.out_dtype.kind in "iu":
+            info = np.iinfo(self.out_dtype)
+            rounded = np.sign(out) * np.floor(np.abs(out) + 0.5)  # halves away from zero, as DALI
+            return np.clip(rounded, info.min, info.max).astype(self.out_dtype)
+        return out.astype(self.out_dtype)
+
+
+@register
+class BboxPaste(Operator):
+    """Re-expresses boxes after the image is pasted into a larger canvas (see ``paste``)."""
+
+    schema = Schema(
+        name="bbox_paste",
+        legacy_name="BBoxPaste",
+        extra_legacy_names=("BboxPaste",),
+        doc="Maps relative boxes of an image onto a canvas ``ratio`` times larger into which the image was "
+            "pasted at relative position (paste_x, paste_y), as ``paste`` does.",
+        args=[Arg("ratio", "float", None, tensor=True, doc="canvas size / image size (>= 1); required"),
+              Arg("paste_x", "float", 0.5, tensor=True, doc="horizontal paste position in [0, 1]"),
+              Arg("paste_y", "float", 0.5, tensor=True, doc="vertical paste position in [0, 1]"),
+              Arg("ltrb", "bool", False, doc="boxes are [l, t, r, b] rather than [x, y, w, h]")],
+        devices=("cpu",),
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        if args.get("ratio") is None:
+            raise arg_error("bbox_paste", "ratio", "is required")
+        ratio = float(args["ratio"])
+        if not ratio >= 1.0:
+            raise self.error(f"bbox_paste: argument 'ratio' must be >= 1, got {ratio}")
+        px, py = float(args["paste_x"]), float(args["paste_y"])
+        for name, v in (("paste_x", px), ("paste_y", py)):
+            if not 0.0 <= v <= 1.0:
+                raise self.error(f"bbox_paste: argument '{name}' must be in [0, 1], got {v}")
+        b = _boxes(self, inputs, (4,)).astype(np.float32)
+        scale = np.float32(1.0 / ratio)
+        margin = np.array([px, py], np.float32) * (np.float32(1.0) - scale)
+        out = b * scale
+        out[:, :2] += margin
+        if self.args["ltrb"]:
+            out[:, 2:] += margin
+        return out
