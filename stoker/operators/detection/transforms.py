@@ -1,0 +1,299 @@
+"""``transforms.*``: affine matrices (ndim, ndim + 1), float32, optionally composed with an input one.
+
+Each operator builds its own transform from (per-sample) arguments. With an
+input transform the result is ``own @ input`` (the input applies first) or,
+with ``reverse_order=True``, ``input @ own``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+
+_REVERSE = Arg("reverse_order", "bool", False,
+               doc="False: the input transform is applied first; True: this one is applied first")
+
+
+def _vals(op, name, value):
+    if value is None:
+        return None
+    try:
+        return np.asarray(value, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise arg_error(op, name, f"expected numbers, got {value!r}") from None
+
+
+def _homog(m):
+    """(n, n+1) affine matrix -> (n+1, n+1) homogeneous one (same dtype)."""
+    n = m.shape[0]
+    out = np.eye(n + 1, dtype=m.dtype)
+    out[:n] = m
+    return out
+
+
+def _compose(a, b):
+    """a @ b for float32 homogeneous matrices, summed term by term in float32 (DALI's rounding)."""
+    out = a[:, :1] * b[:1, :]
+    for k in range(1, a.shape[1]):
+        out = out + a[:, k:k + 1] * b[k:k + 1, :]
+    return out
+
+
+def _as_affine(op, x, what="input"):
+    a = np.asarray(x, np.float64)
+    if a.ndim != 2 or a.shape[1] != a.shape[0] + 1:
+        raise arg_error(op, what, f"expected an affine matrix of shape (ndim, ndim + 1), got {a.shape}")
+    return a
+
+
+def _centered(lin, center):
+    """Affine matrix of ``lin`` applied around ``center``: x -> lin (x - c) + c (float32, as DALI rounds)."""
+    n = lin.shape[0]
+    lin = lin.astype(np.float32)
+    if center is None:
+        t = np.zeros(n, np.float32)
+    else:
+        c = center.astype(np.float32)
+        t = c - _compose(lin, c.reshape(n, 1)).reshape(n)
+    return np.concatenate([lin, t.reshape(n, 1)], 1)
+
+
+class _Transform(Operator):
+    """Common part: compose the sample's own matrix with an optional input transform."""
+
+    def own(self, args) -> np.ndarray:
+        raise NotImplementedError
+
+    def run_sample(self, inputs, args, ctx):
+        m = self.own(args)
+        if inputs:
+            prev = _as_affine(self.schema.name, inputs[0])
+            if prev.shape != m.shape:
+                raise self.error(f"{self.schema.name}: input transform {prev.shape} does not match "
+                                 f"the {m.shape[0]}D transform from the arguments")
+            own, prev = _homog(m.astype(np.float32)), _homog(prev.astype(np.float32))
+            a, b = (prev, own) if self.args["reverse_order"] else (own, prev)
+            return _compose(a, b)[:m.shape[0]]
+        return m.astype(np.float32)
+
+    def output_layouts(self, input_layouts):
+        return [""]
+
+    def _center(self, args, n):
+        c = _vals(self.schema.name, "center", args.get("center"))
+        if c is None:
+            return None
+        if c.size == 1:
+            c = np.full(n, c[0])
+        if c.size != n:
+            raise arg_error(self.schema.name, "center", f"{c.size} values for a {n}D transform")
+        return c
+
+
+@register
+class Translation(_Transform):
+    """Translation by ``offset``."""
+
+    schema = Schema(
+        name="transforms.translation",
+        legacy_name="transforms.Translation",
+        doc="Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``.",
+        args=[Arg("offset", "float_list", None, tensor=True, doc="translation vector (its length is ndim)"),
+              _REVERSE],
+        inputs=(0, 1),
+    )
+
+    def own(self, args):
+        off = _vals(self.schema.name, "offset", args.get("offset"))
+        if off is None:
+            raise arg_error(self.schema.name, "offset", "is required")
+        return np.concatenate([np.eye(off.size), off.reshape(-1, 1)], 1)
+
+
+@register
+class Scale(_Transform):
+    """Scaling by ``scale`` around ``center``."""
+
+    schema = Schema(
+        name="transforms.scale",
+        legacy_name="transforms.Scale",
+        doc="Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place.",
+        args=[Arg("scale", "float_list", None, tensor=True, doc="scale factor per dimension"),
+              Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
+              Arg("ndim", "int", None, doc="dimensionality, needed when scale and center are scalars"),
+              _REVERSE],
+        inputs=(0, 1),
+    )
+
+    def own(self, args):
+        op = self.schema.name
+        s = _vals(op, "scale", args.get("scale"))
+        if s is None:
+            raise arg_error(op, "scale", "is required")
+        c = _vals(op, "center", args.get("center"))
+        if self.args["ndim"] is not None:
+            n = self.args["ndim"]
+            if n < 1:
+                raise arg_error(op, "ndim", f"must be positive, got {n}")
+        elif s.size > 1 or c is None:
+            n = s.size
+        else:
+            n = c.size
+        if s.size == 1:
+            s = np.full(n, s[0])
+        if s.size != n:
+            raise arg_error(op, "scale", f"{s.size} values for a {n}D transform")
+        c = self._center(args, n)
+        s = s.astype(np.float32)
+        t = np.zeros(n, np.float32) if c is None else c.astype(np.float32) * (np.float32(1) - s)
+        return np.concatenate([np.diag(s), t.reshape(n, 1)], 1)
+
+
+def _rotation_3d(axis, rad):
+    """Rotation by ``rad`` around the unit ``axis`` (right-hand rule)."""
+    x, y, z = axis
+    c, s = np.cos(rad), np.sin(rad)
+    k = np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
+    return c * np.eye(3) + s * k + (1 - c) * np.outer(axis, axis)
+
+
+@register
+class Rotation(_Transform):
+    """Rotation by ``angle`` degrees (around ``axis`` in 3D)."""
+
+    schema = Schema(
+        name="transforms.rotation",
+        legacy_name="transforms.Rotation",
+        doc="Produces a rotation matrix: 2D without ``axis``, 3D around ``axis``; ``angle`` in degrees, "
+            "counter-clockwise; ``center`` stays in place.",
+        args=[Arg("angle", "float", None, tensor=True, doc="angle in degrees"),
+              Arg("axis", "float_list", None, tensor=True, doc="3D rotation axis (3 values)"),
+              Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
+              _REVERSE],
+        inputs=(0, 1),
+    )
+
+    def own(self, args):
+        op = self.schema.name
+        if args.get("angle") is None:
+            raise arg_error(op, "angle", "is required")
+        rad = np.deg2rad(float(np.asarray(args["angle"]).reshape(-1)[0]))
+        axis = _vals(op, "axis", args.get("axis"))
+        if axis is None:
+            lin = np.array([[np.cos(rad), -np.sin(rad)], [np.sin(rad), np.cos(rad)]])
+        else:
+            norm = np.linalg.norm(axis) if axis.size == 3 else 0.0
+            if axis.size != 3 or norm == 0:
+                raise arg_error(op, "axis", f"expected 3 values, not all zero, got {axis.tolist()}")
+            lin = _rotation_3d(axis / norm, rad)
+        return _centered(lin, self._center(args, lin.shape[0]))
+
+
+@register
+class Shear(_Transform):
+    """Shear by factors or angles."""
+
+    schema = Schema(
+        name="transforms.shear",
+        legacy_name="transforms.Shear",
+        doc="Produces a shear matrix. 2D: shear = [s_xy, s_yx]; 3D: [s_xy, s_xz, s_yx, s_yz, s_zx, s_zy], "
+            "where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle).",
+        args=[Arg("shear", "float_list", None, tensor=True, doc="shear factors (2 or 6 values)"),
+              Arg("angles", "float_list", None, tensor=True, doc="shear angles in degrees (2 or 6 values)"),
+              Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
+              _REVERSE],
+        inputs=(0, 1),
+    )
+
+    def own(self, args):
+        op = self.schema.name
+        s = _vals(op, "shear", args.get("shear"))
+        ang = _vals(op, "angles", args.get("angles"))
+        if (s is None) == (ang is None):
+            raise arg_error(op, "shear", "give exactly one of 'shear' and 'angles'")
+        name = "shear" if s is not None else "angles"
+        if ang is not None:
+            if np.any(np.abs(ang) >= 90):
+                raise arg_error(op, "angles", f"must be in (-90, 90) degrees, got {ang.tolist()}")
+            s = np.tan(np.deg2rad(ang))
+        if s.size == 2:
+            lin = np.array([[1.0, s[0]], [s[1], 1.0]])
+        elif s.size == 6:
+            lin = np.array([[1.0, s[0], s[1]], [s[2], 1.0, s[3]], [s[4], s[5], 1.0]])
+        else:
+            raise arg_error(op, name, f"expected 2 (2D) or 6 (3D) values, got {s.size}")
+        return _centered(lin, self._center(args, lin.shape[0]))
+
+
+@register
+class CropTransform(_Transform):
+    """Maps one box onto another."""
+
+    schema = Schema(
+        name="transforms.crop",
+        legacy_name="transforms.Crop",
+        doc="Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension).",
+        args=[Arg("from_start", "float_list", None, tensor=True, doc="source box start (default 0)"),
+              Arg("from_end", "float_list", None, tensor=True, doc="source box end (default 1)"),
+              Arg("to_start", "float_list", None, tensor=True, doc="destination box start (default 0)"),
+              Arg("to_end", "float_list", None, tensor=True, doc="destination box end (default 1)"),
+              Arg("absolute", "bool", False, doc="swap start and end where start > end"),
+              _REVERSE],
+        inputs=(0, 1),
+    )
+
+    def own(self, args):
+        op = self.schema.name
+        names = ("from_start", "from_end", "to_start", "to_end")
+        defaults = (0.0, 1.0, 0.0, 1.0)
+        vals = [_vals(op, k, args.get(k)) for k in names]
+        n = max([v.size for v in vals if v is not None] or [1])
+        full = []
+        for k, v, d in zip(names, vals, defaults):
+            v = np.full(n, d) if v is None else v
+            if v.size == 1:
+                v = np.full(n, v[0])
+            if v.size != n:
+                raise arg_error(op, k, f"{v.size} values where the other box arguments give {n}")
+            full.append(v)
+        fs, fe, ts, te = full
+        if self.args["absolute"]:
+            fs, fe = np.minimum(fs, fe), np.maximum(fs, fe)
+            ts, te = np.minimum(ts, te), np.maximum(ts, te)
+        fs, fe, ts, te = (v.astype(np.float32) for v in (fs, fe, ts, te))  # float32, as DALI rounds
+        span = fe - fs
+        if np.any(span == 0):
+            raise arg_error(op, "from_end", "the source box has zero extent")
+        scale = (te - ts) / span
+        return np.concatenate([np.diag(scale), (ts - scale * fs).reshape(-1, 1)], 1)
+
+
+@register
+class Combine(Operator):
+    """Composes several affine transforms into one."""
+
+    schema = Schema(
+        name="transforms.combine",
+        legacy_name="transforms.Combine",
+        doc="Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the "
+            "inputs in the order given (reverse_order=True: the opposite order).",
+        args=[_REVERSE],
+        inputs=(2, 64),
+    )
+
+    def run_sample(self, inputs, args, ctx):
+        mats = [_as_affine(self.schema.name, x, f"input {k}") for k, x in enumerate(inputs)]
+        if len({m.shape for m in mats}) != 1:
+            raise self.error(f"transforms.combine: the inputs' shapes differ: {[m.shape for m in mats]}")
+        n = mats[0].shape[0]
+        out = _homog(mats[0].astype(np.float32))
+        for m in mats[1:]:  # accumulate from the first, as DALI rounds
+            h = _homog(m.astype(np.float32))
+            out = _compose(out, h) if self.args["reverse_order"] else _compose(h, out)
+        return out[:n]
+
+    def output_layouts(self, input_layouts):
+        return [""]
