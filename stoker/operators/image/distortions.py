@@ -1,0 +1,175 @@
+"""Displacement distortions of HWC images: ``water``, ``sphere`` and ``jitter``.
+
+Each output pixel reads the input at a displaced point (coordinates where pixel i spans
+[i, i + 1), DALI's convention). Nearest neighbour takes the pixel that contains the point
+(floor); linear interpolates between pixel centres (``cv2.remap``). Points outside the image
+read ``fill_value``.
+
+* ``water``: output (x, y) reads (x + ampl_x sin(freq_x y + phase_x),
+  y + ampl_y cos(freq_y x + phase_y)).
+* ``sphere``: the pixel centre p, relative to the image centre c, reads c + (|p - c| / r)(p - c)
+  with r = max(H, W) // 2, bulging the middle outwards.
+* ``jitter``: every pixel reads a random neighbour up to nDegree/2 pixels away in x and y.
+
+``mask`` (per sample) 0 passes a sample through unchanged. The water and sphere maps depend only on
+the image size and the arguments, so they are cached.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cv2
+import numpy as np
+
+from stoker import types
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.image.slice import c_cast_array
+from stoker.operators.schema import Arg, Schema, register
+
+_COMMON = [Arg("fill_value", "float", 0.0, doc="value of pixels whose source lies outside the image"),
+           Arg("interp_type", "interp", types.INTERP_NN, doc="INTERP_NN (default) or INTERP_LINEAR"),
+           Arg("mask", "int", 1, tensor=True, doc="1 applies the distortion to the sample, 0 passes it through")]
+_CV_TYPES = (np.uint8, np.uint16, np.int16, np.float32)
+
+
+class _Displacement(Operator):
+    """Resamples each HWC image at the points given by :meth:`source_points`."""
+
+    def setup(self):
+        if self.args["interp_type"] not in (types.INTERP_NN, types.INTERP_LINEAR):
+            raise arg_error(self.schema.name, "interp_type",
+                            f"{self.args['interp_type']} is not supported; use INTERP_NN or INTERP_LINEAR")
+
+    def output_layouts(self, input_layouts):
+        return [input_layouts[0]]
+
+    def source_points(self, h: int, w: int, ctx) -> tuple[np.ndarray, np.ndarray]:
+        """Float32 (H, W) maps of the source x and y of every output pixel (corner-origin)."""
+        raise NotImplementedError
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        name = self.schema.name
+        if img.ndim != 3:
+            raise ValueError(f"{name}: expects HWC images, got shape {img.shape}")
+        if not int(args.get("mask", 1)):
+            return img
+        h, w = img.shape[:2]
+        if h == 0 or w == 0:
+            return img.copy()
+        sx, sy = self.source_points(h, w, ctx)
+        fill = float(self.args["fill_value"])
+        if self.args["interp_type"] == types.INTERP_NN:
+            ix, iy = np.floor(sx).astype(np.intp), np.floor(sy).astype(np.intp)
+            outside = (ix < 0) | (ix >= w) | (iy < 0) | (iy >= h)
+            out = img[np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]
+            if outside.any():
+                out[outside] = c_cast_array(np.asarray(fill), img.dtype)
+            return out
+        src = img if img.dtype in _CV_TYPES else img.astype(np.float32)
+        mx, my = sx - np.float32(0.5), sy - np.float32(0.5)  # to OpenCV's integer pixel centres
+        nc = src.shape[2]
+        parts = []
+        for c0 in range(0, nc, 4):  # OpenCV remaps at most 4 channels with a constant border
+            part = src if nc <= 4 else np.ascontiguousarray(src[..., c0:c0 + 4])
+            k = part.shape[2]
+            r = cv2.remap(part, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * k)
+            parts.append(r.reshape(h, w, k))
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+        return out if out.dtype == img.dtype else c_cast_array(out, img.dtype)
+
+
+@lru_cache(maxsize=64)
+def _water_maps(h, w, ax, ay, fx, fy, px, py):
+    x = np.arange(w, dtype=np.float32)
+    y = np.arange(h, dtype=np.float32)
+    # float32 throughout: the NN pick floors these values, so their rounding matters at pixel edges
+    dx = np.float32(ax) * np.sin(np.float32(fx) * y + np.float32(px))  # varies with the row
+    dy = np.float32(ay) * np.cos(np.float32(fy) * x + np.float32(py))  # varies with the column
+    sx = x[None, :] + dx[:, None]
+    sy = y[:, None] + dy[None, :]
+    sx.flags.writeable = sy.flags.writeable = False
+    return sx, sy
+
+
+@register
+class Water(_Displacement):
+    """Wave distortion ("under water")."""
+
+    schema = Schema(
+        name="water",
+        legacy_name="Water",
+        doc="Makes the image look under water: output pixel (x, y) reads the input at "
+            "(x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)).",
+        args=[Arg("ampl_x", "float", 10.0, doc="amplitude of the wave in x (pixels)"),
+              Arg("ampl_y", "float", 10.0, doc="amplitude of the wave in y (pixels)"),
+              Arg("freq_x", "float", 2 * np.pi / 128, doc="frequency of the wave in x (radians per pixel)"),
+              Arg("freq_y", "float", 2 * np.pi / 128, doc="frequency of the wave in y (radians per pixel)"),
+              Arg("phase_x", "float", 0.0, doc="phase of the wave in x"),
+              Arg("phase_y", "float", 0.0, doc="phase of the wave in y"), *_COMMON],
+        devices=("cpu",),
+    )
+
+    def source_points(self, h, w, ctx):
+        a = self.args
+        return _water_maps(h, w, a["ampl_x"], a["ampl_y"], a["freq_x"], a["freq_y"], a["phase_x"], a["phase_y"])
+
+
+@lru_cache(maxsize=64)
+def _sphere_maps(h, w):
+    r = np.float32(max(h, w) // 2 or 1)
+    tx = (np.arange(w, dtype=np.float32) + np.float32(0.5) - np.float32(w / 2))[None, :]
+    ty = (np.arange(h, dtype=np.float32) + np.float32(0.5) - np.float32(h / 2))[:, None]
+    scale = np.sqrt(tx * tx + ty * ty) / r
+    sx = scale * tx + np.float32(w / 2)
+    sy = scale * ty + np.float32(h / 2)
+    sx.flags.writeable = sy.flags.writeable = False
+    return sx, sy
+
+
+@register
+class Sphere(_Displacement):
+    """Spherical bulge distortion."""
+
+    schema = Schema(
+        name="sphere",
+        legacy_name="Sphere",
+        doc="Bulges the image as if seen on a sphere: a pixel centre p at distance d from the image centre c "
+            "reads the input at c + (d / r) * (p - c), r = max(H, W) // 2 (the middle is magnified, the "
+            "corners fall outside and get ``fill_value``).",
+        args=list(_COMMON),
+        devices=("cpu",),
+    )
+
+    def source_points(self, h, w, ctx):
+        return _sphere_maps(h, w)
+
+
+@register
+class Jitter(_Displacement):
+    """Random per-pixel displacement."""
+
+    schema = Schema(
+        name="jitter",
+        legacy_name="Jitter",
+        doc="Moves every pixel by a random whole number of pixels in [-nDegree // 2, nDegree // 2], "
+            "independently in x and y (DALI implements it on the GPU only).",
+        args=[Arg("nDegree", "int", 2, doc="size of the neighbourhood pixels are drawn from"), *_COMMON],
+        devices=("cpu",),
+        random=True,
+    )
+
+    def setup(self):
+        super().setup()
+        if self.args["nDegree"] < 0:
+            raise arg_error("jitter", "nDegree", f"must not be negative, got {self.args['nDegree']}")
+
+    def source_points(self, h, w, ctx):
+        half = self.args["nDegree"] // 2
+        d = ctx.rng.integers(-half, half + 1, size=(2, h, w)).astype(np.float32)
+        # displaced pixel centres: the NN pick is the displaced pixel, linear reads it exactly
+        sx = np.arange(w, dtype=np.float32)[None, :] + np.float32(0.5) + d[0]
+        sy = np.arange(h, dtype=np.float32)[:, None] + np.float32(0.5) + d[1]
+        return sx, sy
