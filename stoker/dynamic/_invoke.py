@@ -149,6 +149,8 @@ def call(op_name: str, inputs: list, kwargs: dict):
         raise TypeError(f"{op_name}: expected {want} positional inputs, got {len(inputs)}")
     data = [as_batch(x) if is_batch_like(x) else as_tensor(x) for x in inputs]
     static, per_sample = convert_args(op_name, schema, kwargs)
+    if schema.input_count_arg:
+        static[schema.input_count_arg] = len(inputs)
 
     sizes = {len(x) for x in data if isinstance(x, Batch)} | {len(b) for b in per_sample.values()}
     if batch_size is not None:

@@ -169,6 +169,7 @@ class Schema:
     legacy_name: str | None = None
     extra_legacy_names: tuple[str, ...] = ()
     allow_unknown_args: bool = False
+    input_count_arg: str | None = None  # static arg set to the number of positional inputs given
     _by_name: dict[str, Arg] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):

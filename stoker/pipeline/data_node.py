@@ -272,6 +272,8 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     if placement == "gpu" and op_name not in ("_to_gpu",):
         inputs = [x if x.device == "gpu" else x.gpu() for x in inputs]
     static, arg_nodes = schema.bind(kwargs, lambda v: isinstance(v, DataNode))
+    if schema.input_count_arg:  # e.g. random_bbox_crop: a labels input adds an output
+        static[schema.input_count_arg] = len(inputs)
     for key, value in arg_nodes.items():
         if value.device != "cpu":
             raise arg_error(op_name, key, "per-sample argument inputs must be CPU batches")
