@@ -157,3 +157,25 @@ def test_wrong_number_of_outputs_and_bad_arguments():
         _run(lambda x: fn.python_function(x, function=lambda a: a, output_layouts=["HWC", "HW"]), IMGS)
     with pytest.raises(StokerError, match="returned 2 samples"):
         _run(lambda x: fn.python_function(x, function=lambda xs: xs[:2], batch_processing=True), IMGS)
+
+
+def test_user_error_names_the_sample_file(tmp_path):
+    (tmp_path / "cls").mkdir()
+    for name in ("a.jpg", "b.jpg", "c.jpg"):  # only read as bytes: the content needs not be an image
+        (tmp_path / "cls" / name).write_bytes(bytes(range(len(name) * (3 if name == "b.jpg" else 1))))
+
+    def picky(data):
+        if data.size > 5:
+            raise ValueError("too long")
+        return data
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=1)
+    def pipe():
+        data, _ = fn.readers.file(file_root=str(tmp_path))
+        return fn.python_function(data, function=picky)
+
+    p = pipe()
+    p.build()
+    with pytest.raises(StokerError) as e:
+        p.run()
+    assert "b.jpg" in str(e.value) and "too long" in str(e.value) and "in picky" in str(e.value)
