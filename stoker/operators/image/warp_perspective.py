@@ -37,11 +37,11 @@ _ARGS = [
     Arg("pixel_origin", "str", "corner", doc="'corner': (0, 0) is the top-left pixel's corner; "
                                              "'center': its centre (OpenCV's convention)"),
 ]
-_DOC = ("Resamples each HW or HWC image through the 3x3 perspective ``matrix`` (argument, per-sample "
-        "tensor or second input). With ``inverse_map`` (default) the matrix maps output to input "
-        "coordinates (OpenCV's WARP_INVERSE_MAP), otherwise input to output. ``size`` is the output "
-        "(H, W) (default: the input's). Outside the input ``border_mode`` decides; 'constant' writes "
-        "``fill_value``.")
+_DOC = ("Resamples each HW, HWC or CHW image (or every frame of an FHWC / FCHW sequence) through the 3x3 "
+        "perspective ``matrix`` (argument, per-sample tensor or second input). With ``inverse_map`` "
+        "(default) the matrix maps output to input coordinates (OpenCV's WARP_INVERSE_MAP), otherwise "
+        "input to output. ``size`` is the output (H, W) (default: the input's). Outside the input "
+        "``border_mode`` decides; 'constant' writes ``fill_value``.")
 
 
 @register
@@ -68,11 +68,29 @@ class WarpPerspective(Operator):
     def output_layouts(self, input_layouts):
         return [input_layouts[0]]
 
+    def run_cpu(self, batch, inputs, arg_inputs):
+        # the samples' layout travels with each sample's arguments (one operator may run several
+        # batches at once, so it cannot be an attribute)
+        n = len(inputs[0])
+        return super().run_cpu(batch, inputs, {**arg_inputs, "_layout": [inputs[0].layout()] * n})
+
     def run_sample(self, inputs, args, ctx):
-        name = self.schema.name
         img = inputs[0]
+        layout = str(args.get("_layout") or "")
+        if layout in ("CHW", "FCHW", "FHWC") or (not layout and img.ndim == 4):
+            frames = img[None] if layout == "CHW" else img
+            if layout.endswith("CHW"):
+                frames = frames.transpose(0, 2, 3, 1)
+            out = np.stack([self._warp_image(np.ascontiguousarray(f), inputs, args) for f in frames])
+            if layout.endswith("CHW"):
+                out = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+            return out[0] if layout == "CHW" else out
+        return self._warp_image(img, inputs, args)
+
+    def _warp_image(self, img, inputs, args):
+        name = self.schema.name
         if img.ndim not in (2, 3):
-            raise ValueError(f"{name}: expects HW or HWC images, got shape {img.shape}")
+            raise ValueError(f"{name}: expects HW, HWC, CHW, FHWC or FCHW images, got shape {img.shape}")
         m = inputs[1] if len(inputs) > 1 else args.get("matrix")
         if m is None:
             raise ValueError(f"{name}: argument 'matrix' is required (or a matrix as the second input)")

@@ -80,3 +80,13 @@ def test_bad_arguments():
         run_graph("stoker", lambda fn, t, x: fn.warp_perspective(x), IMGS)
     with pytest.raises(StokerError, match="not invertible"):
         run_graph("stoker", lambda fn, t, x: fn.warp_perspective(x, matrix=[0] * 9, inverse_map=False), IMGS)
+
+
+@pytest.mark.oracle
+def test_planar_and_sequences_match_dali():
+    chw = [np.ascontiguousarray(i.transpose(2, 0, 1)) for i in IMGS]
+    check(lambda fn, t, x: fn.experimental.warp_perspective(x, matrix=M, interp_type=t.INTERP_NN), chw,
+          layouts=["CHW"])
+    seq = [np.stack([i, i[::-1]]) for i in IMGS]
+    check(lambda fn, t, x: fn.experimental.warp_perspective(x, matrix=M, interp_type=t.INTERP_NN), seq,
+          layouts=["FHWC"])
