@@ -1,0 +1,116 @@
+"""``box_encoder``: SSD-style matching of ground-truth boxes to a fixed set of anchors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+
+_OP = "box_encoder"
+
+
+def iou_matrix(a, b):
+    """(len(a), len(b)) IoU of ltrb boxes, in float32 (the precision DALI compares in)."""
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    wh = np.clip(rb - lt, 0, None)
+    inter = wh[..., 0] * wh[..., 1]
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(union > 0, inter / union, np.float32(0)).astype(np.float32)
+
+
+def _center_form(b):
+    """ltrb -> (cx, cy, w, h), float32."""
+    half = np.float32(0.5)
+    return np.stack([(b[:, 0] + b[:, 2]) * half, (b[:, 1] + b[:, 3]) * half,
+                     b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
+
+
+@register
+class BoxEncoder(Operator):
+    """Assigns each anchor a ground-truth box (or none) and encodes it."""
+
+    schema = Schema(
+        name="box_encoder",
+        legacy_name="BoxEncoder",
+        doc="Matches boxes (N, 4) ltrb and labels (N,) to the anchors: each anchor takes the box it overlaps "
+            "most if that IoU exceeds ``criteria``, and each box claims its best anchor. Outputs per anchor: "
+            "the box in (cx, cy, w, h) form (unmatched anchors: the anchor itself) or, with ``offset``, "
+            "((c - c_anchor) / wh_anchor - mean) / std and (log(wh / wh_anchor) - mean) / std (unmatched: 0); "
+            "and the label (0 when unmatched).",
+        args=[Arg("anchors", "float_list", None, doc="anchors, 4 values each, ltrb (relative); required"),
+              Arg("criteria", "float", 0.5, doc="IoU an anchor's best box must exceed to match"),
+              Arg("offset", "bool", False, doc="output offsets from the anchors rather than boxes"),
+              Arg("scale", "float", 1.0, doc="boxes and anchors are scaled by this before offsets"),
+              Arg("stds", "float_list", [1.0, 1.0, 1.0, 1.0], doc="divisors of the offsets"),
+              Arg("means", "float_list", [0.0, 0.0, 0.0, 0.0], doc="subtracted from the offsets")],
+        inputs=(2, 2),
+        num_outputs=2,
+    )
+
+    def setup(self):
+        a = self.args
+        anchors = a["anchors"]
+        if not anchors or len(anchors) % 4:
+            raise arg_error(_OP, "anchors", f"expected 4 values per anchor, got {len(anchors or [])} values")
+        if not 0.0 <= a["criteria"] <= 1.0:
+            raise arg_error(_OP, "criteria", f"must be in [0, 1], got {a['criteria']}")
+        for name in ("stds", "means"):
+            if len(a[name]) != 4:
+                raise arg_error(_OP, name, f"expected 4 values, got {len(a[name])}")
+        if any(s == 0 for s in a["stds"]):
+            raise arg_error(_OP, "stds", "values must be non-zero")
+        self.anchors = np.asarray(anchors, np.float32).reshape(-1, 4)
+        scale = np.float32(a["scale"])
+        self.anchors_center = _center_form(self.anchors) * scale  # center form first, then scaled (as DALI)
+        self.means = np.asarray(a["means"], np.float32)
+        self.stds = np.asarray(a["stds"], np.float32)
+
+    def output_layouts(self, input_layouts):
+        return ["", ""]
+
+    def run_sample(self, inputs, args, ctx):
+        boxes = np.asarray(inputs[0], np.float32)
+        labels = np.asarray(inputs[1])
+        if boxes.size == 0:
+            boxes = boxes.reshape(0, 4)
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise self.error(f"{_OP}: expected boxes of shape (N, 4), got {boxes.shape}")
+        labels = labels.reshape(labels.shape[0], *labels.shape[1:]) if labels.ndim else labels.reshape(1)
+        if labels.shape[0] != boxes.shape[0]:
+            raise self.error(f"{_OP}: {boxes.shape[0]} boxes but {labels.shape[0]} labels")
+        m = self.anchors.shape[0]
+        match = np.full(m, -1, np.int64)
+        if boxes.shape[0]:
+            iou = iou_matrix(boxes, self.anchors)                      # (N, M)
+            n = boxes.shape[0]
+            best_box = n - 1 - np.argmax(iou[::-1], 0)                 # last maximum per anchor, as DALI
+            good = iou[best_box, np.arange(m)] > np.float32(self.args["criteria"])
+            match[good] = best_box[good]
+            # each box claims its best anchor; for an anchor claimed twice the later box wins
+            best_anchor = m - 1 - np.argmax(iou[:, ::-1], 1)  # last maximum, as DALI
+            rev = best_anchor[::-1]
+            uniq, first = np.unique(rev, return_index=True)
+            match[uniq] = n - 1 - first
+        matched = match >= 0
+        out_labels = np.zeros((m, *labels.shape[1:]), labels.dtype)
+        out_labels[matched] = labels[match[matched]]
+        if not self.args["offset"]:
+            out = _center_form(self.anchors)
+            out[matched] = _center_form(boxes[match[matched]])
+            return out, out_labels
+        out = np.zeros((m, 4), np.float32)
+        if matched.any():
+            b = _center_form(boxes[match[matched]]) * np.float32(self.args["scale"])
+            a = self.anchors_center[matched]
+            xy = ((b[:, :2] - a[:, :2]) / a[:, 2:] - self.means[:2]) / self.stds[:2]
+            # float32 ratio, log correctly rounded (NumPy's float32 log can be an ulp off libm's)
+            log_wh = np.log((b[:, 2:] / a[:, 2:]).astype(np.float64)).astype(np.float32)
+            wh = (log_wh - self.means[2:]) / self.stds[2:]
+            out[matched] = np.concatenate([xy, wh], 1)
+        return out, out_labels
