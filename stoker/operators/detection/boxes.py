@@ -35,25 +35,27 @@ class BbFlip(Operator):
     schema = Schema(
         name="bb_flip",
         legacy_name="BbFlip",
-        doc="Flips bounding boxes (relative coordinates, [0, 1]) horizontally, vertically and/or in depth. "
-            "Boxes are (N, 4) [x, y, w, h] or, with ltrb=True, [l, t, r, b]; 3D boxes are (N, 6).",
+        doc="Flips 2D bounding boxes (relative coordinates, [0, 1]) horizontally and/or vertically. Boxes are "
+            "[x, y, w, h] or, with ltrb=True, [l, t, r, b]; any input shape whose size is a multiple of 4 is "
+            "read as consecutive boxes and keeps its shape.",
         args=[Arg("ltrb", "bool", False, doc="boxes are [left, top, right, bottom] rather than [x, y, w, h]"),
               Arg("horizontal", "int", 1, tensor=True, doc="1 mirrors left-right"),
-              Arg("vertical", "int", 0, tensor=True, doc="1 mirrors top-bottom"),
-              Arg("depthwise", "int", 0, tensor=True, doc="1 mirrors front-back (3D boxes)")],
+              Arg("vertical", "int", 0, tensor=True, doc="1 mirrors top-bottom")],
         devices=("cpu",),
     )
 
     def run_sample(self, inputs, args, ctx):
-        b = _boxes(self, inputs).astype(np.float32)
-        nd = b.shape[1] // 2
+        src = np.asarray(inputs[0])
+        if src.size % 4:
+            raise self.error(f"bb_flip: expected boxes of 4 coordinates, got shape {src.shape}")
+        b = src.reshape(-1, 4).astype(np.float32)
         ltrb = self.args["ltrb"]
-        lo = b[:, :nd].copy()
-        hi = b[:, nd:] if ltrb else lo + b[:, nd:]  # [x, y, w, h] goes through corners, as DALI does
-        for d, key in enumerate(("horizontal", "vertical", "depthwise")[:nd]):
+        lo = b[:, :2].copy()
+        hi = b[:, 2:] if ltrb else lo + b[:, 2:]  # [x, y, w, h] goes through corners, as DALI does
+        for d, key in enumerate(("horizontal", "vertical")):
             if int(args.get(key) or 0):
                 lo[:, d], hi[:, d] = 1.0 - hi[:, d], 1.0 - lo[:, d]
-        return np.concatenate([lo, hi if ltrb else hi - lo], 1)
+        return np.concatenate([lo, hi if ltrb else hi - lo], 1).reshape(src.shape)
 
 
 @register

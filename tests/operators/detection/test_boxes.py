@@ -112,3 +112,22 @@ def test_bbox_paste_per_sample_args_match_dali():
 def test_bbox_paste_ratio_below_one_names_argument():
     with pytest.raises(StokerError, match="bbox_paste.*'ratio'"):
         run_graph("stoker", lambda fn, t, b: fn.bbox_paste(b, ratio=0.5), BOXES)
+
+
+def _boxes3d(n, ltrb):
+    lo = RNG.uniform(0, 0.5, (n, 3))
+    ext = RNG.uniform(0.05, 0.4, (n, 3))
+    return np.concatenate([lo, lo + ext if ltrb else ext], 1).astype(np.float32)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("ltrb", [False, True])
+def test_bb_flip_reads_any_shape_as_4_coordinate_boxes_like_dali(ltrb):
+    data = [_boxes3d(4, ltrb), _boxes3d(2, ltrb)]
+    check(lambda fn, t, b: fn.bb_flip(b, ltrb=ltrb, horizontal=1, vertical=1), data)
+
+
+@pytest.mark.oracle
+def test_coord_flip_1d_matches_dali():
+    pts = [RNG.uniform(-1, 2, (5, 1)).astype(np.float32), RNG.uniform(0, 1, (2, 1)).astype(np.float32)]
+    check(lambda fn, t, p: fn.coord_flip(p, center_x=0.25), pts)
