@@ -17,17 +17,6 @@ def _float_values(op, name, value):
         raise arg_error(op, name, f"expected numbers, got {value!r}") from None
 
 
-def _boxes(op, inputs, ncoords=(4, 6)):
-    """The input boxes as an (N, k) float array; a flat array of k*N values is accepted too."""
-    b = np.asarray(inputs[0])
-    if b.ndim == 1 and b.size in ncoords:
-        b = b.reshape(1, -1)
-    if b.ndim != 2 or b.shape[1] not in ncoords:
-        raise op.error(f"{op.schema.name}: expected boxes of shape (N, {' or '.join(map(str, ncoords))}), "
-                       f"got {b.shape}")
-    return b
-
-
 @register
 class BbFlip(Operator):
     """Mirrors bounding boxes given in relative coordinates."""
@@ -83,8 +72,6 @@ class CoordFlip(Operator):
 
     def run_sample(self, inputs, args, ctx):
         c = np.asarray(inputs[0])
-        if c.ndim == 1:
-            c = c.reshape(-1, 1) if not self.args["layout"] else c.reshape(-1, len(self.args["layout"]))
         if c.ndim != 2 or not 1 <= c.shape[1] <= 3:
             raise self.error(f"coord_flip: expected coordinates of shape (N, 1..3), got {c.shape}")
         lay = self.args["layout"] or "xyz"[:c.shape[1]]
@@ -203,11 +190,14 @@ class BboxPaste(Operator):
         for name, v in (("paste_x", px), ("paste_y", py)):
             if not 0.0 <= v <= 1.0:
                 raise self.error(f"bbox_paste: argument '{name}' must be in [0, 1], got {v}")
-        b = _boxes(self, inputs, (4,)).astype(np.float32)
+        src = np.asarray(inputs[0])
+        if src.size % 4:
+            raise self.error(f"bbox_paste: expected boxes of 4 coordinates, got shape {src.shape}")
+        b = src.reshape(-1, 4).astype(np.float32)  # any shape: consecutive 4-value boxes, as DALI reads it
         scale = np.float32(1.0 / ratio)
         margin = np.array([px, py], np.float32) * (np.float32(1.0) - scale)
         out = b * scale
         out[:, :2] += margin
         if self.args["ltrb"]:
             out[:, 2:] += margin
-        return out
+        return out.reshape(src.shape)

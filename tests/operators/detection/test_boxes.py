@@ -109,6 +109,17 @@ def test_bbox_paste_per_sample_args_match_dali():
     check(lambda fn, t, b, r, x: fn.bbox_paste(b, ratio=r, paste_x=x, ltrb=True), LTRB, ratio, px, tol=1e-7)
 
 
+@pytest.mark.oracle
+def test_bbox_paste_reads_any_shape_as_boxes_like_dali():
+    data = [LTRB[2][:6].reshape(4, 6), LTRB[0].reshape(2, 6)]
+    check(lambda fn, t, b: fn.bbox_paste(b, ratio=2.5, paste_y=0.2, ltrb=True), data, tol=1e-7)
+
+
+def test_coord_flip_needs_2d_points():
+    with pytest.raises(StokerError, match="coord_flip"):
+        run_graph("stoker", lambda fn, t, p: fn.coord_flip(p), [p.reshape(-1) for p in POINTS2])
+
+
 def test_bbox_paste_ratio_below_one_names_argument():
     with pytest.raises(StokerError, match="bbox_paste.*'ratio'"):
         run_graph("stoker", lambda fn, t, b: fn.bbox_paste(b, ratio=0.5), BOXES)
