@@ -153,8 +153,12 @@ class CoordTransform(Operator):
                              f"got {self.out_dtype}")
         in_dim = x.shape[-1]
         mt = self.matrix(args, in_dim)
-        pts = x.reshape(-1, in_dim).astype(np.float64)
-        out = pts @ mt[:, :in_dim].T + mt[:, in_dim]
+        pts = x.reshape(-1, in_dim).astype(np.float32)
+        m32 = mt.astype(np.float32)
+        out = pts[:, :1] * m32[:, 0]
+        for j in range(1, in_dim):  # term by term in float32, the order DALI rounds in
+            out += pts[:, j:j + 1] * m32[:, j]
+        out += m32[:, in_dim]
         out = out.reshape(*x.shape[:-1], mt.shape[0])
         if self.out_dtype.kind in "iu":
             info = np.iinfo(self.out_dtype)
