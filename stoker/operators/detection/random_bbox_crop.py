@@ -126,27 +126,33 @@ class RandomBBoxCrop(Operator):
 
     def _candidates(self, rng, k, ndim, in_shape, crop_shape):
         """k candidate windows (anchors, shapes), relative; windows failing the aspect check have NaN."""
-        if crop_shape is not None:
+        if crop_shape is not None:  # a fixed window at a whole-pixel position
             shape = np.broadcast_to(crop_shape / in_shape, (k, ndim)).copy()
-        else:
-            smin, smax = self.args["scaling"]
-            ar = np.asarray(self.args["aspect_ratio"]).reshape(-1, 2)
-            if ndim == 3 and ar.shape[0] == 1:
-                ar = np.repeat(ar, 3, 0)
-            first = rng.uniform(smin, smax, k)
-            rel = np.ones(ndim) if in_shape is None else in_shape
-            shape = np.empty((k, ndim))
-            shape[:, 0] = first
-            # Derive the other extents from x/y (and x/z) aspect ratios: the window is square (in the image's
-            # aspect without input_shape) when the range is [1, 1].
-            for d in range(1, ndim):
-                r = rng.uniform(ar[d - 1, 0], ar[d - 1, 1], k)
-                shape[:, d] = first * rel[0] / (r * rel[d])
-            ok = np.all((shape >= smin - 1e-7) & (shape <= smax + 1e-7) & (shape <= 1.0), 1)
-            if ndim == 3:
-                yz = (shape[:, 1] * rel[1]) / (shape[:, 2] * rel[2])
-                ok &= (yz >= ar[2, 0] * (1 - 1e-6)) & (yz <= ar[2, 1] * (1 + 1e-6))
-            shape[~ok] = np.nan
+            span = (in_shape - crop_shape + 1).astype(np.int64)
+            anchor = np.minimum(np.floor(rng.random((k, ndim)) * span), span - 1) / in_shape
+            return anchor, shape
+        smin, smax = self.args["scaling"]
+        ar = np.asarray(self.args["aspect_ratio"]).reshape(-1, 2)
+        if ndim == 3 and ar.shape[0] == 1:
+            ar = np.repeat(ar, 3, 0)
+        first = rng.uniform(smin, smax, k)
+        rel = np.ones(ndim) if in_shape is None else in_shape
+        shape = np.empty((k, ndim))
+        shape[:, 0] = first
+        # Derive the other extents from x/y (and x/z) aspect ratios: the window is square (in the image's
+        # aspect without input_shape) when the range is [1, 1].
+        for d in range(1, ndim):
+            r = rng.uniform(ar[d - 1, 0], ar[d - 1, 1], k)
+            shape[:, d] = first * rel[0] / (r * rel[d])
+        # DALI keeps every relative extent within `scaling`, but with input_shape (absolute aspect) only the
+        # first one: the derived extents just have to fit the image.
+        ok = np.all(shape <= 1.0, 1)
+        if in_shape is None:
+            ok &= np.all((shape >= smin - 1e-7) & (shape <= smax + 1e-7), 1)
+        if ndim == 3:
+            yz = (shape[:, 1] * rel[1]) / (shape[:, 2] * rel[2])
+            ok &= (yz >= ar[2, 0] * (1 - 1e-6)) & (yz <= ar[2, 1] * (1 + 1e-6))
+        shape[~ok] = np.nan
         anchor = rng.uniform(0.0, 1.0, (k, ndim)) * (1.0 - shape)
         return anchor, shape
 

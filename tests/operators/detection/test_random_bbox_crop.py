@@ -147,6 +147,15 @@ def test_fixed_crop_shape_equal_to_input_matches_dali():
           BOXES, shapes)
 
 
+@pytest.mark.parametrize("lib", ["stoker", pytest.param("dali", marks=pytest.mark.oracle)])
+def test_relative_windows_stay_in_scaling_range(lib):
+    _, shapes, *_ = run_graph(lib, lambda fn, t, b: fn.random_bbox_crop(b, scaling=[0.3, 0.5], aspect_ratio=[0.5, 2],
+                                                                         allow_no_crop=False), BOXES)
+    s = np.array(shapes)
+    assert s.min() >= 0.3 - 1e-6 and s.max() <= 0.5 + 1e-6
+    assert np.all((s[:, 0] / s[:, 1] >= 0.5 - 1e-6) & (s[:, 0] / s[:, 1] <= 2 + 1e-6))
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("kw", [KW, dict(KW, output_bbox_indices=True, bbox_prune_threshold=0.2),
                                 dict(KW, threshold_type="overlap", allow_no_crop=False)], ids=range(3))
@@ -177,3 +186,31 @@ def test_boxes_outside_the_image_fail_clearly():
     bad = [np.array([[0.2, 0.2, 1.4, 0.5]], np.float32)] * 2
     with pytest.raises(StokerError, match="random_bbox_crop.*within"):
         _run(dict(), boxes=bad, labels=None)
+
+
+def test_fixed_crop_shape_gives_absolute_window():
+    ins = [np.array([200, 100], np.int32)] * BS
+    crop = [np.array([120, 60], np.int32)] * BS
+    anchors, shapes, out, _ = run_graph(
+        "stoker", lambda fn, t, b, lab, i, c: fn.random_bbox_crop(b, lab, input_shape=i, crop_shape=c,
+                                                                 allow_no_crop=False),
+        BOXES, LABELS, ins, crop)
+    for i, b in enumerate(BOXES):
+        np.testing.assert_array_equal(shapes[i], [120, 60])
+        np.testing.assert_array_equal(anchors[i], np.round(anchors[i]))  # whole pixels, as DALI
+        assert np.all(anchors[i] >= 0) and np.all(anchors[i] + shapes[i] <= [200 + 1e-4, 100 + 1e-4])
+        a_rel, s_rel = anchors[i] / [200, 100], shapes[i] / [200, 100]
+        _, expected = _expected_boxes(b[:, :2], b[:, 2:], a_rel, s_rel)
+        np.testing.assert_allclose(out[i], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("lib", ["stoker", pytest.param("dali", marks=pytest.mark.oracle)])
+def test_input_shape_makes_aspect_ratio_absolute(lib):
+    """Same property for both libraries: windows are square in pixels, the width drawn from scaling."""
+    ins = [np.array([200, 100], np.int32)] * BS
+    _, shapes, *_ = run_graph(
+        lib, lambda fn, t, b, i: fn.random_bbox_crop(b, input_shape=i, scaling=[0.2, 0.5], allow_no_crop=False),
+        BOXES, ins)
+    for s in shapes:
+        np.testing.assert_allclose(s[0] * 200, s[1] * 100, rtol=1e-5)
+        assert 0.2 - 1e-6 <= s[0] <= 0.5 + 1e-6
