@@ -174,7 +174,6 @@ class BboxPaste(Operator):
     schema = Schema(
         name="bbox_paste",
         legacy_name="BBoxPaste",
-        extra_legacy_names=("BboxPaste",),
         doc="Maps relative boxes of an image onto a canvas ``ratio`` times larger into which the image was "
             "pasted at relative position (paste_x, paste_y), as ``paste`` does.",
         args=[Arg("ratio", "float", None, tensor=True, doc="canvas size / image size (>= 1); required"),

@@ -99,7 +99,6 @@ class Translation(_Transform):
 
     schema = Schema(
         name="transforms.translation",
-        legacy_name="transforms.Translation",
         doc="Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``.",
         args=[Arg("offset", "float_list", None, tensor=True, doc="translation vector (its length is ndim)"),
               _REVERSE],
@@ -119,7 +118,6 @@ class Scale(_Transform):
 
     schema = Schema(
         name="transforms.scale",
-        legacy_name="transforms.Scale",
         doc="Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place.",
         args=[Arg("scale", "float_list", None, tensor=True, doc="scale factor per dimension"),
               Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
@@ -166,7 +164,6 @@ class Rotation(_Transform):
 
     schema = Schema(
         name="transforms.rotation",
-        legacy_name="transforms.Rotation",
         doc="Produces a rotation matrix: 2D without ``axis``, 3D around ``axis``; ``angle`` in degrees, "
             "counter-clockwise; ``center`` stays in place.",
         args=[Arg("angle", "float", None, tensor=True, doc="angle in degrees"),
@@ -198,7 +195,6 @@ class Shear(_Transform):
 
     schema = Schema(
         name="transforms.shear",
-        legacy_name="transforms.Shear",
         doc="Produces a shear matrix. 2D: shear = [s_xy, s_yx]; 3D: [s_xy, s_xz, s_yx, s_yz, s_zx, s_zy], "
             "where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle).",
         args=[Arg("shear", "float_list", None, tensor=True, doc="shear factors (2 or 6 values)"),
@@ -234,7 +230,6 @@ class CropTransform(_Transform):
 
     schema = Schema(
         name="transforms.crop",
-        legacy_name="transforms.Crop",
         doc="Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension).",
         args=[Arg("from_start", "float_list", None, tensor=True, doc="source box start (default 0)"),
               Arg("from_end", "float_list", None, tensor=True, doc="source box end (default 1)"),
@@ -277,7 +272,6 @@ class Combine(Operator):
 
     schema = Schema(
         name="transforms.combine",
-        legacy_name="transforms.Combine",
         doc="Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the "
             "inputs in the order given (reverse_order=True: the opposite order).",
         args=[_REVERSE],

@@ -116,3 +116,16 @@ def test_bad_arguments_name_operator_and_argument(name, kw, arg):
 def test_combine_mismatched_dims_fail_clearly():
     with pytest.raises(StokerError, match="transforms.combine"):
         run_graph("stoker", lambda fn, t, x, y: fn.transforms.combine(x, y), _affine(2), _affine(3))
+
+
+def test_legacy_ops_classes_give_the_same_matrices():
+    from stoker import ops
+
+    rot, comb = ops.transforms.Rotation(angle=30.0, center=[1, 2]), ops.transforms.Combine()
+    legacy = run_graph("stoker", lambda fn, t, _: comb(rot(), ops.transforms.Translation(offset=[1, 1])()),
+                       [np.zeros(1)] * 2)
+    ours = run_graph("stoker", lambda fn, t, _: fn.transforms.combine(fn.transforms.rotation(angle=30.0, center=[1, 2]),
+                                                                      fn.transforms.translation(offset=[1, 1])),
+                     [np.zeros(1)] * 2)
+    for a, b in zip(legacy[0], ours[0]):
+        np.testing.assert_array_equal(a, b)
