@@ -214,3 +214,13 @@ def test_input_shape_makes_aspect_ratio_absolute(lib):
     for s in shapes:
         np.testing.assert_allclose(s[0] * 200, s[1] * 100, rtol=1e-5)
         assert 0.2 - 1e-6 <= s[0] <= 0.5 + 1e-6
+
+
+@pytest.mark.parametrize("lib", ["stoker", pytest.param("dali", marks=pytest.mark.oracle)])
+def test_samples_without_boxes(lib):
+    boxes = [np.zeros((0, 4), np.float32), BOXES[0]]
+    labels = [np.zeros((0,), np.int32), LABELS[0]]
+    anchors, shapes, out, lab = run_graph(
+        lib, lambda fn, t, b, la: fn.random_bbox_crop(b, la, scaling=[0.5, 0.8], allow_no_crop=False), boxes, labels)
+    assert out[0].shape == (0, 4) and lab[0].shape == (0,) and out[0].dtype == np.float32
+    assert 0.5 - 1e-6 <= shapes[0][0] <= 0.8 + 1e-6
