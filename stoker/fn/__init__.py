@@ -8,7 +8,19 @@ data, see :mod:`stoker.dynamic`.
 from stoker.fn import decoders, random, readers  # noqa: F401
 from stoker.fn._factory import make_fn, namespace_getattr
 
-external_source = make_fn("external_source")
+_external_source = make_fn("external_source")
+
+
+def external_source(source=None, num_outputs=None, **kwargs):
+    """Data from Python; ``source`` and ``num_outputs`` may be positional, as in DALI."""
+    if source is not None:
+        kwargs["source"] = source
+    if num_outputs is not None:
+        kwargs["num_outputs"] = num_outputs
+    return _external_source(**kwargs)
+
+
+external_source.__doc__ = (external_source.__doc__ or "") + "\n\n" + (_external_source.__doc__ or "")
 resize = make_fn("resize")
 random_resized_crop = make_fn("random_resized_crop")
 crop = make_fn("crop")

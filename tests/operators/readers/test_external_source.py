@@ -353,3 +353,18 @@ def test_feed_input_into_a_source_with_a_callable_is_refused():
     pipe = make("stoker", lambda: [np.zeros(1)] * BS, name="es")
     with pytest.raises(PipelineBuildError, match="has a source"):
         pipe.feed_input("es", [np.zeros(1)] * BS)
+
+
+def test_source_may_be_positional_as_in_dali():
+    import numpy as np
+
+    from stoker import fn, pipeline_def
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def p():
+        return fn.external_source(lambda: [np.array([7], np.int32)] * 2)
+
+    pipe = p()
+    pipe.build()
+    assert pipe.run()[0].as_array().tolist() == [[7], [7]]
+    pipe.close()
