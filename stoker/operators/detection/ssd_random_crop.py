@@ -6,7 +6,7 @@ constrained outcome, ``num_attempts`` windows are drawn (relative width and heig
 a width/height ratio in [0.5, 2], placed uniformly inside the image); the first one that meets the
 IoU constraint and contains the centre of at least one box wins. When none does, another outcome
 is drawn. Boxes whose centres lie outside the window are dropped with their labels; the others are
-clipped to the window and expressed in its coordinates. The image is cut at whole pixels.
+clipped to the window and expressed in its coordinates. The image is cut at the nearest whole pixels.
 
 The modern replacement is ``random_bbox_crop`` followed by ``slice``; the box mapping is shared.
 """
@@ -75,10 +75,11 @@ class SSDRandomCrop(Operator):
         anchor, shape, keep = window
         out_boxes = RandomBBoxCrop._map_boxes(lo[keep], hi[keep], anchor, shape, 4, *_LTRB)
         h, w = image.shape[:2]
-        # Whole pixels, truncating both edges (at least one pixel so tiny images stay valid).
-        x0, y0 = int(anchor[0] * w), int(anchor[1] * h)
-        x1, y1 = int((anchor[0] + shape[0]) * w), int((anchor[1] + shape[1]) * h)
-        x1, y1 = min(max(x1, x0 + 1), w), min(max(y1, y0 + 1), h)
+        # Both edges go to the nearest whole pixel, as DALI does (at least one pixel so tiny images stay valid).
+        size = np.array([w, h], np.float64)
+        p0 = np.floor(anchor * size + 0.5).astype(np.int64)
+        p1 = np.minimum(np.maximum(np.floor((anchor + shape) * size + 0.5).astype(np.int64), p0 + 1), size)
+        (x0, y0), (x1, y1) = p0.tolist(), p1.astype(np.int64).tolist()
         return np.ascontiguousarray(image[y0:y1, x0:x1]), out_boxes, labels[keep]
 
     def _search(self, rng, lo, hi):
