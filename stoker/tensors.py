@@ -70,7 +70,42 @@ class TensorCPU:
         return f"TensorCPU(\n    {body},\n    dtype={self.dtype!r}, layout={self._layout!r}, shape={self.shape()})"
 
 
-class TensorListCPU:
+class SampleList:
+    """What a batch of samples answers whatever its device: length, shapes, layout, source
+    information, element type. Subclasses keep ``_samples`` (arrays), ``_layout`` and
+    ``_source_info``."""
+
+    _samples: list
+    _layout: str
+    _source_info: list
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def is_dense_tensor(self) -> bool:
+        return len({s.shape for s in self._samples}) <= 1
+
+    def shape(self) -> list[tuple[int, ...]]:
+        return [tuple(s.shape) for s in self._samples]
+
+    def layout(self) -> str:
+        return self._layout
+
+    def source_info(self, i: int | None = None):
+        return self._source_info if i is None else self._source_info[i]
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        if not self._samples:
+            return types.NO_TYPE
+        return types.to_dali_type(np.dtype(self._samples[0].dtype))
+
+    @property
+    def ndim(self) -> int:
+        return self._samples[0].ndim if self._samples else 0
+
+
+class TensorListCPU(SampleList):
     """A batch of host samples (DALI's ``TensorListCPU``).
 
     Build one from a list of arrays, from a dense array whose first axis is the
@@ -101,9 +136,6 @@ class TensorListCPU:
                 raise TypeError(f"TensorListCPU: samples differ in dtype {sorted(map(str, dtypes))}")
 
     # --- DALI API -------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._samples)
-
     def __getitem__(self, i: int) -> TensorCPU:
         if not -len(self) <= i < len(self):
             raise IndexError(f"sample index {i} out of range for a batch of {len(self)}")
@@ -133,28 +165,6 @@ class TensorListCPU:
     def as_reshaped_tensor(self, shape) -> TensorCPU:
         flat = np.concatenate([s.reshape(-1) for s in self._samples]) if self._samples else np.zeros(0)
         return TensorCPU(flat.reshape(shape))
-
-    def is_dense_tensor(self) -> bool:
-        return len({s.shape for s in self._samples}) <= 1
-
-    def shape(self) -> list[tuple[int, ...]]:
-        return [tuple(s.shape) for s in self._samples]
-
-    def layout(self) -> str:
-        return self._layout
-
-    def source_info(self, i: int | None = None):
-        return self._source_info if i is None else self._source_info[i]
-
-    @property
-    def dtype(self) -> types.DALIDataType:
-        if not self._samples:
-            return types.NO_TYPE
-        return types.to_dali_type(self._samples[0].dtype)
-
-    @property
-    def ndim(self) -> int:
-        return self._samples[0].ndim if self._samples else 0
 
     def copy_to_external(self, dst) -> None:
         np.copyto(np.asarray(dst), self.as_array())

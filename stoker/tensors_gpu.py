@@ -22,7 +22,7 @@ import numpy as np
 
 from stoker import types
 from stoker.backend.cuda import _cupy
-from stoker.tensors import TensorCPU, TensorListCPU
+from stoker.tensors import SampleList, TensorCPU, TensorListCPU
 
 
 def _release_after(consumer_handle: int, producer) -> None:
@@ -119,7 +119,7 @@ class TensorGPU:
         return f"TensorGPU(shape={self.shape()}, dtype={self.dtype!r}, layout={self._layout!r})"
 
 
-class TensorListGPU:
+class TensorListGPU(SampleList):
     """A batch of device samples (DALI's ``TensorListGPU``).
 
     Args:
@@ -180,9 +180,6 @@ class TensorListGPU:
             self._event.synchronize()
 
     # --- DALI API --------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._samples)
-
     def __getitem__(self, i: int) -> TensorGPU:
         if not -len(self) <= i < len(self):
             raise IndexError(f"sample index {i} out of range for a batch of {len(self)}")
@@ -203,9 +200,6 @@ class TensorListGPU:
     def dense(self):
         """The contiguous ``(N, ...)`` array when the batch has one, else None (no wait)."""
         return self._dense
-
-    def is_dense_tensor(self) -> bool:
-        return len({s.shape for s in self._samples}) <= 1
 
     def as_tensor(self) -> TensorGPU:
         """The batch as one ``(N, ...)`` device tensor (no copy when it is stored dense)."""
@@ -233,25 +227,6 @@ class TensorListGPU:
         cp = _cupy()
         flat = cp.concatenate([s.reshape(-1) for s in self._samples])
         return TensorGPU(flat.reshape(shape), "", "", self._event)
-
-    def shape(self) -> list[tuple[int, ...]]:
-        return [tuple(s.shape) for s in self._samples]
-
-    def layout(self) -> str:
-        return self._layout
-
-    def source_info(self, i: int | None = None):
-        return self._source_info if i is None else self._source_info[i]
-
-    @property
-    def dtype(self) -> types.DALIDataType:
-        if not self._samples:
-            return types.NO_TYPE
-        return types.to_dali_type(np.dtype(self._samples[0].dtype))
-
-    @property
-    def ndim(self) -> int:
-        return self._samples[0].ndim if self._samples else 0
 
     def data_ptr(self) -> int:
         if self._dense is not None:
