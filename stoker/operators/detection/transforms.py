@@ -275,7 +275,7 @@ class Combine(Operator):
         doc="Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the "
             "inputs in the order given (reverse_order=True: the opposite order).",
         args=[_REVERSE],
-        inputs=(2, 64),
+        inputs=(2, 99),  # DALI's limit
     )
 
     def run_sample(self, inputs, args, ctx):

@@ -133,6 +133,8 @@ class Crop(LayoutAware):
         doc="Crops each sample to a window of extent crop (or crop_h/crop_w/crop_d) whose position is "
             "given by crop_pos_x/y/z in [0, 1]; the anchor is round(pos * (in - crop)).",
         args=[*CROP_ARGS,
+              Arg("rounding", "str", "round", doc="'round' (halves away from zero) or 'truncate': how the "
+                                                   "window's anchor is made whole"),
               Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
               Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
         devices=("cpu",),
@@ -140,6 +142,8 @@ class Crop(LayoutAware):
 
     def setup(self):
         check_crop_args("crop", self.args)
+        if self.args["rounding"] not in ("round", "truncate"):
+            raise arg_error("crop", "rounding", f"must be 'round' or 'truncate', got {self.args['rounding']!r}")
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
@@ -147,7 +151,7 @@ class Crop(LayoutAware):
         ext, pos = requested_window(args, len(axes))
         out = img
         if ext is not None:
-            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos)
+            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
             out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
                              self.args["fill_values"], "crop")
         if self.args["dtype"] is not None and out.dtype != self.args["dtype"]:

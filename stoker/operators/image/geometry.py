@@ -119,19 +119,21 @@ def resize_plan(in_size: Sequence[int], requested: Sequence[float], *, mode: str
     return ResizePlan(tuple(out_int), tuple(lo), tuple(hi))
 
 
-def crop_anchor(in_extent: int, crop_extent: int, pos: float) -> int:
+def crop_anchor(in_extent: int, crop_extent: int, pos: float, rounding: str = "round") -> int:
     """Start of a crop window: ``round(pos * (in - crop))`` in float32, halves away
-    from zero, as DALI computes it (may be negative when the window is larger)."""
+    from zero, as DALI computes it (may be negative when the window is larger).
+    ``rounding="truncate"`` cuts the fraction instead (towards zero, as DALI)."""
     x = float(np.float32(pos) * np.float32(in_extent - crop_extent))
-    return round_half_away(x)
+    return round_half_away(x) if rounding == "round" else int(x)
 
 
-def crop_window(in_size: Sequence[int], crop_size: Sequence[float], pos: Sequence[float]
-                ) -> tuple[list[int], list[int]]:
+def crop_window(in_size: Sequence[int], crop_size: Sequence[float], pos: Sequence[float],
+                rounding: str = "round") -> tuple[list[int], list[int]]:
     """Anchor and extent of a crop (per spatial axis). Fractional crop sizes are
-    truncated, as DALI does; ``pos`` values are normalized positions in [0, 1]."""
+    truncated, as DALI does; ``pos`` values are normalized positions in [0, 1];
+    ``rounding`` ("round" or "truncate") makes the anchors whole."""
     extents = [int(c) for c in crop_size]
-    anchors = [crop_anchor(int(n), c, p) for n, c, p in zip(in_size, extents, pos)]
+    anchors = [crop_anchor(int(n), c, p, rounding) for n, c, p in zip(in_size, extents, pos)]
     return anchors, extents
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker.operators.gpu_registry import grid_for, register_gpu, upload_table
+from stoker.operators.image.geometry import crop_anchor
 from stoker.operators.image.gpu_crop_mirror_normalize import crop_window
 
 
@@ -60,7 +61,18 @@ def gpu_crop(op, batch, inputs, arg_inputs):
     _layout_hw(x)
     samples = x.samples()
     windows = [crop_window(op.sample_args(arg_inputs, i), s.shape[0], s.shape[1]) for i, s in enumerate(samples)]
+    if op.args.get("rounding") == "truncate":
+        windows = [_truncated(win, op.sample_args(arg_inputs, i), s.shape) for i, (win, s) in
+                   enumerate(zip(windows, samples))]
     return [_wrap(*crop_flip_samples(samples, windows, [0] * len(samples), batch), x)]
+
+
+def _truncated(window, args, shape):
+    """The same window with its anchor truncated instead of rounded (``rounding="truncate"``)."""
+    _, _, ch, cw = window
+    py, px = (float(np.asarray(0.5 if args.get(k) is None else args[k]).reshape(-1)[0])
+              for k in ("crop_pos_y", "crop_pos_x"))
+    return crop_anchor(shape[0], ch, py, "truncate"), crop_anchor(shape[1], cw, px, "truncate"), ch, cw
 
 
 @register_gpu("flip")

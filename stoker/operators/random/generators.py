@@ -170,14 +170,15 @@ class CoinFlip(_Generator):
 
 @register
 class Choice(_Generator):
-    """Picks from ``range(n)`` (a scalar input n) or from the input's values, with probabilities ``p``."""
+    """Picks from ``range(n)`` (a scalar input n) or from the input's values, with probabilities ``p``;
+    a second input (DALI's ``shape_like``) gives each sample the shape of its sample."""
 
     schema = Schema(
         name="random.choice",
         doc="Random picks: from 0..n-1 when the input is a scalar n, else from the input's 1D values.",
         args=[Arg("p", "float_list", None, tensor=True, doc="probability of each choice (default: equal)"),
               _SHAPE],
-        inputs=(1, 1),
+        inputs=(1, 2),
         devices=("cpu",),
         random=True,
     )
@@ -196,5 +197,5 @@ class Choice(_Generator):
             if p.size != values.size or np.any(p < 0) or not np.isclose(p.sum(), 1.0, atol=1e-4):
                 raise self.error(f"argument 'p' must hold {values.size} non-negative probabilities summing to 1")
             p = p / p.sum()
-        shape = _shape((), args)
+        shape = _shape(inputs[1:], args)
         return np.asarray(values[ctx.rng.choice(values.size, size=shape, p=p)])

@@ -8,7 +8,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import PipelineBuildError, arg_error
 from stoker.operators.base import Operator
-from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.schema import REQUIRED, Arg, Schema, register
 from stoker.tensors import TensorListCPU
 
 
@@ -126,7 +126,7 @@ class Reshape(Operator):
         name="reshape",
         doc="Reshapes each sample; -1 in ``shape`` infers that extent. ``rel_shape`` scales input extents.",
         args=[Arg("shape", "int_list", None, tensor=True), Arg("rel_shape", "float_list", None, tensor=True),
-              Arg("layout", "layout", None), Arg("src_dims", "int_list", None)],
+              Arg("layout", "layout", None), Arg("src_dims", "int_list", None, tensor=True)],
         devices=("cpu", "gpu"), inputs=(1, 2))
 
     def run_sample(self, inputs, args, ctx):
@@ -231,7 +231,8 @@ class GetProperty(Operator):
     """A per-sample property: ``source_info`` (the sample's origin, as UTF-8 bytes) or ``layout``."""
 
     schema = Schema(name="get_property", doc="Per-sample metadata: key 'source_info' or 'layout'.",
-                    args=[Arg("key", "str", "source_info")], devices=("cpu",))
+                    args=[Arg("key", "str", REQUIRED, doc="'source_info' or 'layout' (required, as in DALI)")],
+                    devices=("cpu",))
 
     def setup(self):
         if self.args["key"] not in ("source_info", "layout"):

@@ -41,6 +41,26 @@ def test_crop_per_sample_positions(images, run_stoker, run_dali):
                  run_dali("crop", batch, per_sample=per, crop=(17, 9)), 0, 0)
 
 
+@pytest.mark.oracle
+@pytest.mark.parametrize("rounding", ["round", "truncate"])
+def test_crop_rounding_matches_dali(rounding, images, run_stoker, run_dali):
+    # Windows larger than the image put the anchor below zero, where truncation goes towards zero.
+    batch = [images["rgb_odd"], images["noise"], images["gray"]]
+    per = {"crop_pos_x": [np.float32(v) for v in (0.3, 0.7, 0.5)],
+           "crop_pos_y": [np.float32(v) for v in (0.3, 0.1, 0.9)]}
+    for crop in [(17, 10), (100, 140)]:
+        kw = dict(crop=crop, rounding=rounding, out_of_bounds_policy="pad", fill_values=3)
+        assert_close(run_stoker("crop", batch, per_sample=per, **kw), run_dali("crop", batch, per_sample=per, **kw),
+                     0, 0, f"{rounding} {crop}")
+
+
+def test_crop_bad_rounding_names_the_argument(images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="rounding"):
+        run_stoker("crop", [images["gray"]], crop=(5, 5), rounding="floor")
+
+
 def test_crop_out_of_bounds_error_names_the_argument(images, run_stoker):
     from stoker.errors import StokerError
 

@@ -171,3 +171,33 @@ def test_vectorized_batch_path_equals_per_sample_path(op, kwargs):
     slow = [inst.run_sample((), schema_args, SampleContext(3 + i, 5, 1234)) for i in range(16)]
     np.testing.assert_array_equal(np.stack(fast.samples()), np.stack(slow))
     assert fast.samples()[0].dtype == slow[0].dtype
+
+
+def _choice_with_shape_like(lib):
+    if lib == "dali":
+        pytest.importorskip("nvidia.dali")
+        from nvidia.dali import fn as f
+        from nvidia.dali import pipeline_def as pdef
+    else:
+        f, pdef = fn, pipeline_def
+    likes = [np.zeros((2, 3), np.uint8), np.zeros((4, 1), np.uint8), np.zeros((1, 5), np.uint8)]
+    vals = [np.array([5, 7, 9], np.int32)] * 3
+
+    @pdef(batch_size=3, num_threads=1, device_id=None, seed=2)
+    def pipe():
+        v = f.external_source(source=lambda: vals, batch=True)
+        like = f.external_source(source=lambda: likes, batch=True)
+        return f.random.choice(v, like)
+
+    p = pipe()
+    p.build()
+    out = p.run()[0]
+    return [np.array(out.at(i)) for i in range(3)]
+
+
+@pytest.mark.oracle
+def test_choice_shape_like_input_matches_dali_shapes():
+    ours, theirs = _choice_with_shape_like("stoker"), _choice_with_shape_like("dali")
+    assert [(o.shape, o.dtype) for o in ours] == [(t.shape, t.dtype) for t in theirs] == \
+        [((2, 3), np.int32), ((4, 1), np.int32), ((1, 5), np.int32)]
+    assert all(np.isin(o, [5, 7, 9]).all() for o in ours)

@@ -85,3 +85,24 @@ def test_squeeze_per_sample_axes():
 def test_reinterpret_per_sample_shape_matches_dali():
     shapes = [np.array([3, 2], np.int32), np.array([2, 6], np.int32)]
     check(lambda fn, t, x, s: fn.reinterpret(x, shape=s), X32, shapes, layouts=["HW", None])
+
+
+@pytest.mark.oracle
+def test_reshape_per_sample_src_dims():
+    # DALI 2.4 lists src_dims as a tensor argument but ignores a per-sample one (its output keeps the
+    # input's shape); stoker applies it. Each sample must equal DALI's reshape with that sample's
+    # src_dims given as a constant.
+    data = [np.arange(6, dtype=np.int16).reshape(2, 3, 1), np.arange(20, dtype=np.int16).reshape(4, 5, 1)]
+    dims = [np.array([1, 0, 2], np.int32), np.array([0, -1, 1], np.int32)]
+    (out, layout), = run_graph("stoker", lambda fn, t, x, d: fn.reshape(x, src_dims=d, layout="ABC"), data, dims)
+    assert layout == "ABC"
+    for o, x, d in zip(out, data, dims):
+        (want, _), = run_graph("dali", lambda fn, t, x: fn.reshape(x, src_dims=d.tolist()), [x])
+        assert o.shape == want[0].shape and o.dtype == want[0].dtype
+        np.testing.assert_array_equal(o, want[0])
+    assert [o.shape for o in out] == [(3, 2, 1), (4, 1, 5)]
+
+
+def test_get_property_requires_key():
+    with pytest.raises(StokerError, match="get_property.*key"):
+        run_graph("stoker", lambda fn, t, x: fn.get_property(x), X32)
