@@ -134,24 +134,27 @@ class TensorListGPU(SampleList):
                  keep_alive=None):
         cp = _cupy()
         self._dense = None
+        self._flat = None  # (buffer, element offsets, shapes) of a ragged batch in one buffer
+        self._sample_list = None  # per-sample views, made on first use
         if isinstance(data, TensorListGPU):
-            self._dense, self._samples = data._dense, list(data._samples)
+            self._dense, self._flat, self._sample_list = data._dense, data._flat, data._sample_list
+            if self._sample_list is not None:
+                self._sample_list = list(self._sample_list)
             layout = layout or data._layout
             source_info = source_info or data._source_info
             keep_alive = keep_alive or data._keep_alive
         elif isinstance(data, TensorListCPU):
             layout = layout or data.layout()
             source_info = source_info or data.source_info()
-            self._samples = [cp.asarray(s) for s in data.samples()]
+            self._sample_list = [cp.asarray(s) for s in data.samples()]
         elif isinstance(data, cp.ndarray):
             if data.ndim == 0:
                 raise ValueError("TensorListGPU: a dense input needs a leading batch dimension")
             self._dense = data
-            self._samples = [data[i] for i in range(data.shape[0])]
         else:
-            self._samples = [cp.asarray(x) for x in data]
+            self._sample_list = [cp.asarray(x) for x in data]
         self._layout = layout or ""
-        n = len(self._samples)
+        n = len(self)
         self._source_info = list(source_info) if source_info is not None else [""] * n
         if len(self._source_info) < n:
             self._source_info += [""] * (n - len(self._source_info))
@@ -159,13 +162,118 @@ class TensorListGPU(SampleList):
         self._event = None
         # The stream the samples were made on (their memory is reused in this stream's order).
         self._stream = cp.cuda.get_current_stream()
-        if self._samples:
-            ndims = {s.ndim for s in self._samples}
-            dtypes = {s.dtype for s in self._samples}
+        if self._sample_list:
+            ndims = {s.ndim for s in self._sample_list}
+            dtypes = {s.dtype for s in self._sample_list}
             if len(ndims) > 1:
                 raise ValueError(f"TensorListGPU: samples differ in number of dimensions {sorted(ndims)}")
             if len(dtypes) > 1:
                 raise TypeError(f"TensorListGPU: samples differ in dtype {sorted(map(str, dtypes))}")
+
+    @classmethod
+    def from_flat(cls, buffer, offsets, shapes, layout: str = "", source_info: Sequence[str] | None = None,
+                  keep_alive=None) -> TensorListGPU:
+        """A ragged batch stored back to back in one 1D CuPy ``buffer``.
+
+        ``offsets[i]`` (elements) and ``shapes[i]`` place sample ``i``. No
+        per-sample array is made until one is asked for, and kernels read the
+        placement through :meth:`geometry` as whole arrays.
+        """
+        shapes = np.asarray(shapes, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        if shapes.ndim != 2 or shapes.shape[0] != offsets.size:
+            raise ValueError("TensorListGPU.from_flat: shapes must be (N, ndim) with one offset per sample")
+        tl = cls([], layout, None, keep_alive)
+        tl._sample_list = None
+        tl._flat = (buffer, offsets, shapes)
+        n = offsets.size
+        tl._source_info = list(source_info) if source_info is not None else [""] * n
+        if len(tl._source_info) < n:
+            tl._source_info += [""] * (n - len(tl._source_info))
+        return tl
+
+    # --- samples, made lazily ----------------------------------------------------
+    @property
+    def _samples(self) -> list:
+        if self._sample_list is None:
+            if self._dense is not None:
+                self._sample_list = [self._dense[i] for i in range(self._dense.shape[0])]
+            elif self._flat is not None:
+                buf, offsets, shapes = self._flat
+                self._sample_list = [buf[o:o + int(np.prod(s))].reshape(tuple(s))
+                                     for o, s in zip(offsets.tolist(), shapes.tolist())]
+            else:
+                self._sample_list = []
+        return self._sample_list
+
+    @_samples.setter
+    def _samples(self, value) -> None:
+        self._sample_list = value
+
+    def __len__(self) -> int:
+        if self._sample_list is None:
+            if self._dense is not None:
+                return int(self._dense.shape[0])
+            if self._flat is not None:
+                return int(self._flat[1].size)
+        return len(self._samples)
+
+    def shape(self) -> list[tuple[int, ...]]:
+        if self._sample_list is None and self._dense is not None:
+            return [tuple(self._dense.shape[1:])] * int(self._dense.shape[0])
+        if self._sample_list is None and self._flat is not None:
+            return [tuple(s) for s in self._flat[2].tolist()]
+        return super().shape()
+
+    def is_dense_tensor(self) -> bool:
+        if self._dense is not None:
+            return True
+        if self._sample_list is None and self._flat is not None:
+            shapes = self._flat[2]
+            return bool(shapes.shape[0] <= 1 or (shapes == shapes[0]).all())
+        return super().is_dense_tensor()
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        base = self._dense if self._dense is not None else self._flat[0] if self._flat is not None else None
+        if base is not None and self._sample_list is None:
+            return types.to_dali_type(np.dtype(base.dtype)) if len(self) else types.NO_TYPE
+        return super().dtype
+
+    @property
+    def ndim(self) -> int:
+        if self._sample_list is None and self._dense is not None:
+            return self._dense.ndim - 1
+        if self._sample_list is None and self._flat is not None:
+            return int(self._flat[2].shape[1])
+        return super().ndim
+
+    def geometry(self):
+        """Placement of every sample as arrays: ``(pointers, row strides in bytes, shapes)``.
+
+        ``shapes`` is ``(N, ndim)`` int64. For batch kernels that build their
+        per-sample tables with NumPy instead of a Python loop; samples must
+        be row-contiguous within a row (checked for list-backed batches).
+        """
+        n = len(self)
+        if self._dense is not None:
+            d = self._dense
+            ptrs = d.data.ptr + np.arange(n, dtype=np.int64) * (d.strides[0] if n else 0)
+            shapes = np.tile(np.asarray(d.shape[1:], np.int64), (n, 1))
+            row = np.full(n, d.strides[1] if d.ndim > 1 else d.itemsize, np.int64)
+            return ptrs, row, shapes
+        if self._flat is not None:
+            buf, offsets, shapes = self._flat
+            item = buf.itemsize
+            ptrs = buf.data.ptr + offsets * item
+            row = (np.prod(shapes[:, 1:], axis=1) * item).astype(np.int64) if shapes.shape[1] > 1 \
+                else np.full(n, item, np.int64)
+            return ptrs, row, shapes
+        samples = self._samples
+        ptrs = np.fromiter((s.data.ptr for s in samples), np.int64, n)
+        row = np.fromiter((s.strides[0] for s in samples), np.int64, n)
+        shapes = np.asarray([s.shape for s in samples], np.int64).reshape(n, -1)
+        return ptrs, row, shapes
 
     # --- ordering ------------------------------------------------------------
     def set_ready_event(self, event) -> None:
@@ -208,8 +316,14 @@ class TensorListGPU(SampleList):
             shapes = ", ".join(str(s) for s in self.shape()[:4])
             raise ValueError(f"as_tensor: the samples differ in shape ({shapes}, ...); use at(i) per sample")
         if self._dense is None:
-            self._dense = cp.stack(self._samples) if self._samples else cp.zeros((0,), cp.uint8)
-            self._samples = [self._dense[i] for i in range(len(self._samples))]
+            if self._flat is not None and len(self):
+                buf, offsets, shapes = self._flat
+                per = int(np.prod(shapes[0]))
+                if (offsets == np.arange(len(self)) * per).all():  # back to back: a view, no copy
+                    self._dense = buf[:per * len(self)].reshape((len(self), *shapes[0].tolist()))
+            if self._dense is None:
+                self._dense = cp.stack(self._samples) if self._samples else cp.zeros((0,), cp.uint8)
+            self._sample_list = None
         layout = "N" + self._layout if self._layout else ""
         return TensorGPU(self._dense, layout, "", self._event, self)
 
@@ -219,6 +333,10 @@ class TensorListGPU(SampleList):
         if self._dense is not None:
             host = self._dense.get()
             samples = list(host)
+        elif self._flat is not None and self._sample_list is None:
+            buf, offsets, shapes = self._flat
+            host = buf.get()  # one copy for the whole batch
+            samples = [host[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
         else:
             samples = [s.get() for s in self._samples]
         return TensorListCPU(samples, self._layout, self._source_info)
@@ -231,6 +349,8 @@ class TensorListGPU(SampleList):
     def data_ptr(self) -> int:
         if self._dense is not None:
             return self._dense.data.ptr
+        if self._flat is not None:
+            return self._flat[0].data.ptr + int(self._flat[1][0]) * self._flat[0].itemsize if len(self) else 0
         return self._samples[0].data.ptr if self._samples else 0
 
     def copy_to_external(self, dst, cuda_stream=None, non_blocking=False) -> None:
@@ -245,11 +365,14 @@ class TensorListGPU(SampleList):
         return self.as_tensor().__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self):
+        base = self._dense if self._dense is not None else self._flat[0] if self._flat is not None else None
+        if base is not None:
+            return (2, base.device.id)
         return (2, self._samples[0].device.id if self._samples else 0)  # kDLCUDA
 
     def __repr__(self) -> str:
-        if self.is_dense_tensor() and self._samples:
-            shape = f"[{len(self)}, {', '.join(map(str, self._samples[0].shape))}]"
+        if self.is_dense_tensor() and len(self):
+            shape = f"[{len(self)}, {', '.join(map(str, self.shape()[0]))}]"
         else:
             shape = "[" + ", ".join(str(s) for s in self.shape()[:4]) + (", ...]" if len(self) > 4 else "]")
         return (f"TensorListGPU(num_samples={len(self)}, dtype={self.dtype!r}, layout={self._layout!r}, "

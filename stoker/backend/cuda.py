@@ -172,6 +172,24 @@ class PinnedRing:
         self._events[k] = ev
         return dev, offsets
 
+    def upload_to(self, arrays, dst_ptrs, stream) -> None:
+        """Copy each host array to the device address in ``dst_ptrs`` (one pinned staging buffer)."""
+        cp = _cupy()
+        sizes = [a.nbytes for a in arrays]
+        total = sum(sizes)
+        if total == 0:
+            return
+        k, buf = self._slot(total)
+        off = 0
+        for a, size, dst in zip(arrays, sizes, dst_ptrs):
+            buf[off:off + size] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            cp.cuda.runtime.memcpyAsync(int(dst), buf.ctypes.data + off, size,
+                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+            off += size
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
+
 
 _module_cache: dict = {}
 _module_lock = threading.Lock()

@@ -153,48 +153,58 @@ class HardwareDecoder:
             _check(self.holding.nvjpegDecodeParamsSetOutputFormat(p, _OUTPUT_RGBI), "SetOutputFormat")
             self.params.append(p)
 
-    def decode(self, datas: list[np.ndarray], windows: list[tuple[int, int, int, int]], stream,
-               fixed_batch: int = 0) -> list:
-        """Decode ``datas[i]`` cropped to ``windows[i]`` = (y, x, h, w), in stream order on ``stream``.
+    def decode_into(self, datas: list[np.ndarray], windows, dst_ptrs, stream, fixed_batch: int = 0) -> None:
+        """Decode ``datas[i]`` cropped to ``windows[i]`` = (y, x, h, w) as interleaved RGB into the
+        device memory at ``dst_ptrs[i]`` (rows of ``w * 3`` bytes), in stream order on ``stream``.
 
         ``fixed_batch``: pad the call to this many images (repeats of the first, decoded to an
-        8x8 corner) so that nvJPEG's batched state is initialized once, not for every size.
-        Returns HWC uint8 CuPy arrays (views of one buffer allocated on ``stream``).
-        Raises NvjpegUnavailable when nvJPEG refuses the batch (the caller falls back).
+        8x8 corner into scratch memory) so that nvJPEG's batched state is initialized once, not
+        for every batch size. Raises NvjpegUnavailable when nvJPEG refuses the batch (the
+        caller decodes those images another way).
         """
         real = len(datas)
+        windows = np.asarray(windows, dtype=np.int64).reshape(real, 4)
+        dst_ptrs = np.asarray(dst_ptrs, dtype=np.int64).reshape(real)
+        scratch = None
         if fixed_batch > real > 0:
-            h0, w0 = windows[0][2] + windows[0][0], windows[0][3] + windows[0][1]
-            pad = (0, 0, min(8, h0), min(8, w0))
-            datas = list(datas) + [datas[0]] * (fixed_batch - real)
-            windows = list(windows) + [pad] * (fixed_batch - real)
+            pad = fixed_batch - real
+            ph = int(min(8, windows[0, 0] + windows[0, 2]))
+            pw = int(min(8, windows[0, 1] + windows[0, 3]))
+            with self.cp.cuda.Device(self.device_id), stream:
+                scratch = self.cp.empty(pad * 8 * 8 * 3, dtype=self.cp.uint8)
+            datas = list(datas) + [datas[0]] * pad
+            windows = np.concatenate([windows, np.tile([0, 0, ph, pw], (pad, 1))])
+            dst_ptrs = np.concatenate([dst_ptrs, scratch.data.ptr + np.arange(pad, dtype=np.int64) * 192])
         n = len(datas)
-        cp = self.cp
         self._ensure(n)
-        sizes = [h * w * 3 for (_, _, h, w) in windows]
-        with cp.cuda.Device(self.device_id), stream:
-            buf = cp.empty(sum(sizes), dtype=cp.uint8)
         images = (_Image * n)()
         ptrs = (ctypes.c_void_p * n)()
         lengths = (ctypes.c_size_t * n)()
         params = (ctypes.c_void_p * n)()
-        base, off = buf.data.ptr, 0
-        for i, (data, (y, x, h, w)) in enumerate(zip(datas, windows)):
+        set_roi = self.holding.nvjpegDecodeParamsSetROI
+        for i, (data, (y, x, h, w), dst) in enumerate(zip(datas, windows.tolist(), dst_ptrs.tolist())):
             ptrs[i] = data.ctypes.data
             lengths[i] = data.nbytes
-            images[i].channel[0] = base + off
+            images[i].channel[0] = dst
             images[i].pitch[0] = w * 3
-            off += sizes[i]
             p = self.params[i]
-            _check(self.holding.nvjpegDecodeParamsSetROI(p, x, y, w, h), "nvjpegDecodeParamsSetROI")
+            _check(set_roi(p, x, y, w, h), "nvjpegDecodeParamsSetROI")
             params[i] = p.value
         _check(self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, ptrs, lengths, images, params,
                                                     ctypes.c_void_p(stream.ptr)), "nvjpegDecodeBatchedEx")
-        out, off = [], 0
-        for (_, _, h, w), size in zip(windows[:real], sizes):
-            out.append(buf[off:off + size].reshape(h, w, 3))
-            off += size
-        return out
+        if scratch is not None:
+            self._scratch = scratch  # freed at the next call: stream order protects its reuse
+
+    def decode(self, datas: list[np.ndarray], windows, stream, fixed_batch: int = 0) -> list:
+        """:meth:`decode_into` a new buffer; returns HWC uint8 CuPy views of it, one per image."""
+        windows = np.asarray(windows, dtype=np.int64).reshape(len(datas), 4)
+        sizes = windows[:, 2] * windows[:, 3] * 3
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(datas) else sizes
+        with self.cp.cuda.Device(self.device_id), stream:
+            buf = self.cp.empty(max(int(sizes.sum()), 1), dtype=self.cp.uint8)
+        self.decode_into(datas, windows, buf.data.ptr + offsets, stream, fixed_batch)
+        return [buf[o:o + s].reshape(int(h), int(w), 3)
+                for o, s, (_, _, h, w) in zip(offsets.tolist(), sizes.tolist(), windows.tolist())]
 
     def close(self) -> None:
         if getattr(self, "state", None):

@@ -272,7 +272,8 @@ class Executor:
             arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
             sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
             ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
-                               sources=sources, device_id=self.gpu.device_id if self.gpu else None)
+                               sources=sources, device_id=self.gpu.device_id if self.gpu else None,
+                               stream=self.gpu.stream if self.gpu else None)
             try:
                 it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
             except (OperatorError, StopIteration):

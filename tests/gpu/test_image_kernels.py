@@ -132,3 +132,37 @@ def test_cast_matches_cpu(cp, rng):
         np.testing.assert_array_equal(cast_array(cp.asarray(x), dt).get(), convert(x, dt))
     y = rng.integers(-70000, 70000, 1000).astype(np.int32)
     np.testing.assert_array_equal(cast_array(cp.asarray(y), np.int16).get(), convert(y, np.int16))
+
+
+def test_resize_of_a_flat_batch_matches_the_list_path(batch_ctx, make_images, cp):
+    from stoker.operators.image.gpu_resize import plan, resize_samples
+    from stoker.tensors_gpu import TensorListGPU
+
+    imgs = make_images(5)
+    offsets = np.cumsum([0] + [im.size for im in imgs[:-1]])
+    buf = cp.asarray(np.concatenate([im.reshape(-1) for im in imgs]))
+    flat = TensorListGPU.from_flat(buf, offsets, [im.shape for im in imgs], "HWC")
+    plans = [plan({"resize_shorter": 30}, im.shape[0], im.shape[1]) for im in imgs]
+    a, _ = resize_samples(flat, plans, batch_ctx)
+    b, _ = resize_samples([cp.asarray(im) for im in imgs], plans, batch_ctx)
+    batch_ctx.stream.synchronize()
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.get(), y.get())
+
+
+def test_cmn_batch_windows_match_per_sample_windows(batch_ctx, make_images, cp):
+    from types import SimpleNamespace
+
+    from stoker.operators.image.gpu_crop_mirror_normalize import batch_windows, crop_window
+    from stoker.tensors_gpu import TensorListGPU
+
+    imgs = make_images(6)
+    tl = TensorListGPU([cp.asarray(i) for i in imgs], "HWC")
+    op = SimpleNamespace(args={"crop": [15.0, 11.0], "crop_pos_x": 0.3})
+    arg_inputs = {"crop_pos_y": [np.float32(v) for v in np.linspace(0, 1, 6)],
+                  "mirror": [np.int32(i % 2) for i in range(6)]}
+    windows, mirror = batch_windows(op, tl, arg_inputs)
+    for i, im in enumerate(imgs):
+        args = {**op.args, "crop_pos_y": arg_inputs["crop_pos_y"][i]}
+        assert tuple(windows[i]) == crop_window(args, im.shape[0], im.shape[1])
+    assert mirror.tolist() == [bool(i % 2) for i in range(6)]

@@ -101,3 +101,78 @@ def test_corrupt_sample_names_its_source(batch_ctx, make_images):
     enc[1] = np.frombuffer(b"\xff\xd8\xff\xe0 definitely not a jpeg", np.uint8)
     with pytest.raises(OperatorError, match="s1"):
         _run(_op(0.0), "image", enc, batch_ctx)
+
+
+# --- the hardware JPEG engines (nvJPEG through ctypes) -------------------------------------------
+
+def _hw_op(**args):
+    op = _op(0.0, **args)
+    st = op._mixed_state
+    st.hw_problem = None  # enable it whatever STOKER_NVJPEG_HW says
+    if st.hardware() is None:
+        pytest.skip(f"no nvJPEG hardware decoder here: {st.hw_problem}")
+    return op
+
+
+def _smooth_images(rng, n):
+    """Photo-like images with mild noise (hardware and CPU chroma upsampling differ most on noise)."""
+    out = []
+    for _ in range(n):
+        h, w = rng.integers(60, 240, 2)
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([(np.sin(xx / (9 + 3 * k) + yy / (13 + k)) + 1) * 110 for k in range(3)], -1)
+        out.append(np.clip(base + rng.normal(0, 3, (h, w, 3)), 0, 255).astype(np.uint8))
+    return out
+
+
+def _jpeg(im, progressive=False):
+    params = [cv2.IMWRITE_JPEG_QUALITY, 90]
+    if progressive:
+        params += [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(im, cv2.COLOR_RGB2BGR), params)
+    assert ok
+    return buf.reshape(-1)
+
+
+def test_hardware_batch_mixes_engines_and_cpu_in_one_flat_buffer(batch_ctx, rng):
+    imgs = _smooth_images(rng, 6)
+    enc = [_jpeg(im) for im in imgs[:4]] + [_jpeg(imgs[4], progressive=True)]
+    ok, png = cv2.imencode(".png", cv2.cvtColor(imgs[5], cv2.COLOR_RGB2BGR))
+    enc.append(png.reshape(-1))
+    op = _hw_op()
+    got, tl = _run(op, "image", enc, batch_ctx)
+    assert tl._flat is not None  # one buffer, no per-sample arrays made by the decoder
+    assert tl.source_info() == [f"s{i}" for i in range(6)]
+    for k, (g, buf) in enumerate(zip(got, enc)):
+        want = _ref(buf)
+        assert g.shape == want.shape
+        d = np.abs(g.astype(int) - want)
+        if k == 5:
+            assert d.max() == 0  # PNG: decoded on the CPU and copied into its slot
+        else:
+            assert d.mean() < 2.0 and np.percentile(d, 99) <= 12, (k, d.mean())
+
+
+def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
+    from stoker.operators.base import SampleContext
+    from stoker.operators.random.crop_window import sample_crop_window
+
+    imgs = _smooth_images(rng, 8)
+    enc = [_jpeg(im) for im in imgs]
+    op = _hw_op()
+    got, _ = _run(op, "image_random_crop", enc, batch_ctx)
+    for i, (g, buf) in enumerate(zip(got, enc)):
+        full = _ref(buf)
+        y, x, h, w = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, full.shape[0], full.shape[1])
+        want = full[y:y + h, x:x + w]
+        assert g.shape == want.shape
+        assert np.abs(g.astype(int) - want).mean() < 2.5
+
+
+def test_hardware_path_names_a_corrupt_sample(batch_ctx, rng):
+    from stoker.errors import OperatorError
+
+    enc = [_jpeg(im) for im in _smooth_images(rng, 3)]
+    enc[1] = np.frombuffer(b"\xff\xd8\xff\xe0 definitely not a jpeg", np.uint8)
+    with pytest.raises(OperatorError, match="s1"):
+        _run(_hw_op(), "image", enc, batch_ctx)

@@ -89,6 +89,13 @@ class _ImageDecoderBase(Operator):
     def output_layouts(self, input_layouts):
         return ["HWC"]
 
+    def close(self) -> None:
+        """Stop the mixed decoder's thread and free its nvJPEG state (``Pipeline.close``)."""
+        state = getattr(self, "_mixed_state", None)
+        if state is not None:
+            state.close()
+            self._mixed_state = None
+
 
 @register
 class ImageDecoder(_ImageDecoderBase):

@@ -82,6 +82,7 @@ class _State:
         self.timing = collections.Counter()  # seconds spent, for benchmarks
         self.device_id = device_id
         self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
+        self.worker = None  # the thread that runs the hardware decode calls
         # Opt-in (STOKER_NVJPEG_HW=1) until it passes the parity tests: on an H100 its output
         # differed from the CPU decode by 6.4 levels on average (chroma), and the whole pipeline
         # did not get faster (3.5-4.2k train img/s), see benchmarks/RESULTS.md.
@@ -97,6 +98,22 @@ class _State:
             except (NvjpegUnavailable, OSError) as e:
                 self.hw_problem = str(e)
         return self.hw
+
+    def submit(self, job):
+        """Run ``job`` on the decoder's own thread (one nvJPEG call at a time, beside the stages)."""
+        if self.worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.worker = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg")
+        return self.worker.submit(job)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.shutdown(wait=True)
+            self.worker = None
+        if self.hw is not None:
+            self.hw.close()
+            self.hw = None
 
     def retire(self, stream) -> None:
         cp = _cupy_mod()
@@ -227,35 +244,15 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     on_gpu = (gray or out_type is None or getattr(out_type, "name", "") == "RGB") and \
         (dtype is None or np.dtype(dtype) == np.uint8)
     # Baseline colour JPEGs go to the hardware engines through nvJPEG (one GIL-free call per
-    # batch); the rest through nvImageCodec (progressive, gray, EXIF-rotated) or the CPU.
-    hw_idx, hw_wins, heads = [], [], [None] * n
-    wins: list = [None] * n
+    # batch, on the decoder's own thread); the rest (progressive, gray, EXIF-rotated) to the CPU.
     hw = st.hardware() if on_gpu and not gray else None
     if hw is not None:
-        from stoker.backend.nvjpeg import hardware_eligible
-
-        for i, d in enumerate(enc):
-            size = hardware_eligible(np.asarray(d))
-            if size is None:
-                continue
-            h, w = size
-            win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w)
-            win = (0, 0, h, w) if win is None else _clip(win, h, w)
-            heads[i] = (None, "jpeg", h, w)
-            wins[i] = win
-            hw_idx.append(i)
-            hw_wins.append(win)
-    hw_set = set(hw_idx)
-    for i in range(n):
-        if i not in hw_set:
-            heads[i] = _header(np.asarray(enc[i]))
-    # With the hardware engines in use, the few other images (progressive, gray) decode on the CPU
-    # pool during the hardware call: cheaper than a second, nvImageCodec, call per batch (measured
-    # 15 ms for ~20 images, against ~2 ms of CPU time spread over the pool).
-    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and i not in hw_set] \
-        if on_gpu and hw is None else []
+        return _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw)
+    heads = [_header(np.asarray(d)) for d in enc]
+    wins: list = [None] * n
+    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS] if on_gpu else []
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
-    cpu_idx = sorted(set(range(n)) - set(gpu_idx) - hw_set) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
+    cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
     subs = []
     for i in gpu_idx:
@@ -271,8 +268,7 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     else:
         futures = None
     return {"n": n, "enc": enc, "heads": heads, "wins": wins, "gray": gray, "subs": subs,
-            "gpu_idx": gpu_idx, "cpu_idx": cpu_idx, "futures": futures, "sources": list(batch.sources),
-            "hw_idx": hw_idx, "hw_wins": hw_wins}
+            "gpu_idx": gpu_idx, "cpu_idx": cpu_idx, "futures": futures, "sources": list(batch.sources)}
 
 
 def mixed_decode(op, kind, batch, inputs, arg_inputs):
@@ -285,9 +281,11 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     st = _state(op, batch)
     stream = cuda.current_stream(batch)
     t_start = time.perf_counter()
-    prep = batch.prepared if isinstance(batch.prepared, dict) and "subs" in batch.prepared else None
+    prep = batch.prepared if isinstance(batch.prepared, dict) and "n" in batch.prepared else None
     if prep is None:
         prep = prepare(op, kind, batch, inputs, arg_inputs)
+    if prep.get("hardware"):
+        return _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start)
     n, gray, gpu_idx = prep["n"], prep["gray"], prep["gpu_idx"]
     cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
     results: list = [None] * n
@@ -296,20 +294,6 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     def cpu_one(i):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, gray, i)
 
-    if prep.get("hw_idx"):
-        from stoker.backend.nvjpeg import NvjpegUnavailable
-
-        t0 = time.perf_counter()
-        try:
-            decoded = st.hw.decode([prep["enc"][i] for i in prep["hw_idx"]], prep["hw_wins"], stream,
-                                   fixed_batch=prep["n"])
-            for i, a in zip(prep["hw_idx"], decoded):
-                results[i] = a
-        except NvjpegUnavailable:  # nvJPEG refused this batch: decode these on the CPU instead
-            cpu_idx += prep["hw_idx"]
-            if futures is not None:
-                futures = futures + [pool.submit(cpu_one, i) for i in prep["hw_idx"]]
-        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
     if gpu_idx:
         # nvImageCodec runs fastest on the legacy default stream (measured); the pipeline's
         # stream then waits for it through an event.
@@ -348,6 +332,105 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
         for i, arr, off in zip(cpu_idx, host, offsets):
             results[i] = buf[off:off + arr.nbytes].reshape(arr.shape)
     out = TensorListGPU(results, "HWC", prep["sources"][:n] or None)
+    st.timing["total_s"] += time.perf_counter() - t_start
+    return [out]
+
+
+def _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw) -> dict:
+    """Host half of a decode on the hardware engines: windows, output slots, and the nvJPEG call
+    started on the decoder's thread. Every sample gets a slot in one flat output buffer; those
+    the engines cannot take decode on the CPU pool and are copied into their slots afterwards."""
+    from stoker.backend import cuda
+    from stoker.backend.nvjpeg import NvjpegUnavailable, hardware_eligible
+
+    cp = cuda._cupy()
+    n = len(enc)
+    heads: list = [None] * n
+    wins: list = [None] * n
+    hw_idx: list[int] = []
+    shapes = np.zeros((n, 3), np.int64)
+    for i, d in enumerate(enc):
+        a = np.asarray(d)
+        size = hardware_eligible(a)
+        if size is not None:
+            h, w = size
+            heads[i] = (None, "jpeg", h, w)
+            hw_idx.append(i)
+        else:
+            heads[i] = _header(a)
+            h, w = heads[i][2], heads[i][3]
+        if h:
+            win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w)
+            win = (0, 0, h, w) if win is None else _clip(win, h, w)
+            wins[i] = win
+            shapes[i] = (win[2], win[3], 3)
+    sizes = shapes.prod(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else sizes
+    total = max(int(sizes.sum()), 1)
+    stream = cuda.current_stream(batch)
+    device_id = batch.device_id or 0
+    hw_enc = [np.asarray(enc[i]) for i in hw_idx]
+    hw_wins = np.asarray([wins[i] for i in hw_idx], np.int64).reshape(-1, 4)
+
+    def job():
+        t0 = time.perf_counter()
+        with cp.cuda.Device(device_id), stream:
+            # Allocated on the pipeline's stream and decoded in its order: memory CuPy's pool hands
+            # back was last used by work already queued there.
+            buf = cp.empty(total, cp.uint8)
+        error = None
+        if hw_idx:
+            try:
+                hw.decode_into(hw_enc, hw_wins, buf.data.ptr + offsets[hw_idx], stream, fixed_batch=n)
+            except NvjpegUnavailable as e:
+                error = e
+        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
+        return buf, error
+
+    future = st.submit(job)
+    hw_set = set(hw_idx)
+    cpu_idx = [i for i in range(n) if i not in hw_set]
+    args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
+    futures = [batch.pool.submit(_cpu_one, *args, i) for i in cpu_idx] if cpu_idx and batch.pool else None
+    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
+            "hw_idx": hw_idx, "cpu_idx": cpu_idx, "futures": futures, "hw_future": future,
+            "shapes": shapes, "offsets": offsets, "sources": list(batch.sources)}
+
+
+def _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
+    """Device half: wait for the hardware call, copy the CPU-decoded samples into their slots."""
+    from stoker.operators.transfer import _ring
+    from stoker.tensors_gpu import TensorListGPU
+
+    n, shapes, offsets = prep["n"], prep["shapes"], prep["offsets"]
+    cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
+    t0 = time.perf_counter()
+    buf, error = prep["hw_future"].result()
+    st.timing["hw_wait_s"] += time.perf_counter() - t0
+    st.timing["batches"] += 1
+
+    def cpu_one(i):
+        return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
+
+    if error is not None:  # nvJPEG refused the batch: its images decode on the CPU too
+        cpu_idx += prep["hw_idx"]
+        if futures is not None:
+            futures = futures + [batch.pool.submit(cpu_one, i) for i in prep["hw_idx"]]
+    host = [f.result() for f in futures] if futures is not None else [cpu_one(i) for i in cpu_idx]
+    fits = [i for i, a in zip(cpu_idx, host) if tuple(a.shape) == tuple(shapes[i]) and a.dtype == np.uint8]
+    fit_set = set(fits)
+    ring = _ring(batch)
+    ring.upload_to([a for i, a in zip(cpu_idx, host) if i in fit_set], buf.data.ptr + offsets[fits], stream)
+    sources = prep["sources"][:n] or None
+    if len(fits) == len(cpu_idx):
+        out = TensorListGPU.from_flat(buf, offsets, shapes, "HWC", sources)
+    else:  # a sample whose size the header did not tell (or EXIF-rotated): a list batch
+        results = [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
+        odd = [(i, a) for i, a in zip(cpu_idx, host) if i not in fit_set]
+        dev, offs = ring.upload_many([a for _, a in odd], stream)
+        for (i, a), off in zip(odd, offs):
+            results[i] = dev[off:off + a.nbytes].reshape(a.shape)
+        out = TensorListGPU(results, "HWC", sources)
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import grid_for, register_gpu, sample_geometry, upload_table
+from stoker.operators.gpu_registry import grid_for, host_fallback, register_gpu, upload_table
 from stoker.operators.image.geometry import crop_anchor
+from stoker.operators.image.geometry_batch import crop_anchors
 
 _KERNELS = {np.dtype(np.float32): "cmn_f32", np.dtype(np.float16): "cmn_f16",
             np.dtype(np.uint8): "cmn_u8", np.dtype(np.int8): "cmn_i8"}
@@ -48,22 +49,25 @@ def crop_window(args: dict, in_h: int, in_w: int):
 
 def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32, layout="CHW",
                 pad_output=False, scale=1.0, shift=0.0, fill=0.0, normalize=True):
-    """Crop ``windows`` (y0, x0, h, w; one size for all) out of CuPy HWC uint8 ``samples``.
+    """Crop ``windows`` (rows y0, x0, h, w; one size for all) out of HWC uint8 ``samples``
+    (a TensorListGPU or a list of CuPy arrays).
 
     Mirrors where ``mirror[i]`` is true, normalizes ``(x - mean) / std * scale + shift``
     and writes one dense batch in ``layout`` ("CHW" or "HWC") and ``dtype``.
     """
     from stoker.backend import cuda
+    from stoker.operators.image.gpu_resize import _geometry_of
 
     cp = cuda._cupy()
-    n = len(samples)
-    geo = [sample_geometry(s) for s in samples]
-    C = geo[0][4] if geo else 3
+    ptrs, row, shapes = _geometry_of(samples)
+    n = len(ptrs)
+    windows = np.asarray(windows, dtype=np.int64).reshape(n, 4)
+    C = int(shapes[0, 2]) if n and shapes.shape[1] > 2 else 1
     out_c = 4 if pad_output and C == 3 else C
-    sizes = {(w[2], w[3]) for w in windows}
-    if len(sizes) > 1:
-        raise ValueError(f"crop_mirror_normalize on the GPU needs one crop size per batch, got {sorted(sizes)}")
-    oh, ow = sizes.pop() if sizes else (0, 0)
+    if n and ((windows[:, 2] != windows[0, 2]) | (windows[:, 3] != windows[0, 3])).any():
+        sizes = sorted({(int(h), int(w)) for h, w in windows[:, 2:4]})
+        raise ValueError(f"crop_mirror_normalize on the GPU needs one crop size per batch, got {sizes}")
+    oh, ow = (int(windows[0, 2]), int(windows[0, 3])) if n else (0, 0)
     dtype = np.dtype(dtype)
     chw = layout.upper().startswith("C")
     shape = (n, out_c, oh, ow) if chw else (n, oh, ow, out_c)
@@ -71,10 +75,13 @@ def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32,
     if n == 0:
         return out
     per_sample = oh * ow * out_c * dtype.itemsize
-    itab = np.zeros((n, 8), np.int64)
-    for i, ((ptr, stride, h, w, _), win) in enumerate(zip(geo, windows)):
-        flags = 1 if mirror is not None and mirror[i] else 0
-        itab[i] = (ptr, stride, h, w, win[0], win[1], flags, out.data.ptr + i * per_sample)
+    itab = np.empty((n, 8), np.int64)
+    itab[:, 0] = ptrs
+    itab[:, 1] = row
+    itab[:, 2:4] = shapes[:, :2]
+    itab[:, 4:6] = windows[:, :2]
+    itab[:, 6] = 0 if mirror is None else np.asarray(mirror, dtype=bool).astype(np.int64)
+    itab[:, 7] = out.data.ptr + np.arange(n, dtype=np.int64) * per_sample
     norm = np.zeros(16, np.float32)
     norm[:8] = _vec(mean, 8, 0.0)
     norm[8:] = [1.0 / s for s in _vec(std, 8, 1.0)]
@@ -89,24 +96,60 @@ def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32,
     return out
 
 
+def _column(op, arg_inputs, name, n, default):
+    """Per-sample scalar argument as a float64 (n,) array: the argument input, or the static value."""
+    if name in arg_inputs:
+        return np.asarray([np.ravel(v)[0] if np.size(v) else default for v in arg_inputs[name]], np.float64)
+    v = op.args.get(name)
+    if v is None:
+        return np.full(n, default, np.float64)
+    a = np.asarray(v, dtype=np.float64).reshape(-1)
+    return np.full(n, a[0] if a.size else default, np.float64)
+
+
+def batch_windows(op, x, arg_inputs):
+    """(N, 4) crop windows (y0, x0, h, w) and (N,) mirror flags of a batch, without a loop per sample."""
+    n = len(x)
+    shapes = x.geometry()[2] if n else np.zeros((0, 3), np.int64)
+    in_h, in_w = shapes[:, 0], shapes[:, 1]
+    ch = np.zeros(n)
+    cw = np.zeros(n)
+    crop = op.args.get("crop")
+    if crop is not None:
+        c = np.asarray(crop, dtype=np.float64).reshape(-1)
+        if c.size == 1:
+            ch[:] = cw[:] = c[0]
+        elif c.size >= 2:
+            ch[:], cw[:] = c[-2], c[-1]
+    req_h, req_w = _column(op, arg_inputs, "crop_h", n, 0.0), _column(op, arg_inputs, "crop_w", n, 0.0)
+    ch = np.where(req_h > 0, req_h, ch)
+    cw = np.where(req_w > 0, req_w, cw)
+    ch = np.where(ch > 0, ch.astype(np.int64), in_h)
+    cw = np.where(cw > 0, cw.astype(np.int64), in_w)
+    py, px = _column(op, arg_inputs, "crop_pos_y", n, 0.5), _column(op, arg_inputs, "crop_pos_x", n, 0.5)
+    windows = np.column_stack([crop_anchors(in_h, ch, py), crop_anchors(in_w, cw, px), ch, cw]).astype(np.int64)
+    mirror = _column(op, arg_inputs, "mirror", n, 0.0) != 0
+    return windows, mirror
+
+
+# Per-sample arguments the whole-batch path reads; others (mean/std per sample) run on the host.
+_BATCH_ARGS = {"crop_h", "crop_w", "crop_pos_x", "crop_pos_y", "mirror"}
+
+
 @register_gpu("crop_mirror_normalize")
 def gpu_crop_mirror_normalize(op, batch, inputs, arg_inputs):
     """``fn.crop_mirror_normalize`` on GPU batches (HWC uint8 in)."""
     from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
-    samples = x.samples()
-    windows, mirror = [], []
-    for i, s in enumerate(samples):
-        args = op.sample_args(arg_inputs, i)
-        windows.append(crop_window(args, s.shape[0], s.shape[1]))
-        m = args.get("mirror")
-        mirror.append(bool(np.asarray(m).reshape(-1)[0]) if m is not None else False)
+    if not set(arg_inputs) <= _BATCH_ARGS:
+        return host_fallback(op, batch, inputs, arg_inputs)
+    windows, mirror = batch_windows(op, x, arg_inputs)
     a = op.args
     dtype = a.get("dtype") if a.get("dtype") is not None else np.float32
     layout = a.get("output_layout") or "CHW"
     fill = _vec(a.get("fill_values"), 1, 0.0)[0]
-    out = cmn_samples(samples, windows, mirror, batch, mean=a.get("mean"), std=a.get("std"), dtype=dtype,
+    out = cmn_samples(x, windows, mirror, batch, mean=a.get("mean"), std=a.get("std"), dtype=dtype,
                       layout=layout, pad_output=bool(a.get("pad_output")), scale=float(a.get("scale") or 1.0),
                       shift=float(a.get("shift") or 0.0), fill=fill)
     return [TensorListGPU(out, layout, x.source_info())]

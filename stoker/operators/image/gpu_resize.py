@@ -13,6 +13,7 @@ import numpy as np
 
 from stoker.operators.gpu_registry import grid_for, host_fallback, register_gpu, sample_geometry, upload_table
 from stoker.operators.image.geometry import resize_plan
+from stoker.operators.image.geometry_batch import resize_plans
 
 
 def _arg(args, name, default=None):
@@ -51,56 +52,109 @@ def plan(args: dict, in_h: int, in_w: int):
     return oh, ow, p.lo[0], p.lo[1], (p.hi[0] - p.lo[0]) / oh, (p.hi[1] - p.lo[1]) / ow
 
 
-def resize_samples(samples, plans, batch, mirror=None, out=None):
-    """Resample CuPy HWC uint8 ``samples`` by ``plans`` (see :func:`plan`) into uint8 outputs.
+def _geometry_of(samples):
+    """(pointers, row strides, shapes) of a TensorListGPU or a list of CuPy HWC samples."""
+    if hasattr(samples, "geometry"):
+        return samples.geometry()
+    geo = [sample_geometry(s) for s in samples]
+    n = len(geo)
+    ptrs = np.fromiter((g[0] for g in geo), np.int64, n)
+    row = np.fromiter((g[1] for g in geo), np.int64, n)
+    shapes = np.asarray([(g[2], g[3], g[4]) for g in geo], np.int64).reshape(n, 3)
+    return ptrs, row, shapes
 
-    Returns ``(outputs, dense)``: a list of CuPy arrays, views of one dense
-    ``(N, H, W, C)`` array (returned as ``dense``) when every output has one
-    size, else views of one flat buffer (``dense`` None).
+
+def resize_batch(samples, plans, batch, mirror=None):
+    """Resample HWC uint8 ``samples`` (a TensorListGPU or list of CuPy arrays) by ``plans``.
+
+    ``plans``: (N, 6) rows of :func:`plan` / :func:`geometry_batch.resize_plans`.
+    Returns ``(dense, flat)``: a dense ``(N, H, W, C)`` array when every output
+    has one size (``flat`` None), else ``(buffer, offsets, shapes)`` of one flat
+    buffer (``dense`` None). One kernel launch, tables built with NumPy.
     """
     from stoker.backend import cuda
 
     cp = cuda._cupy()
-    n = len(samples)
-    geo = [sample_geometry(s) for s in samples]
-    C = geo[0][4] if geo else 3
-    sizes = [(p[0], p[1]) for p in plans]
-    dense = None
-    if out is None:
-        if len(set(sizes)) == 1 and n:
-            dense = cp.empty((n, sizes[0][0], sizes[0][1], C), cp.uint8)
-            outs = [dense[i] for i in range(n)]
-        else:
-            total = sum(h * w * C for h, w in sizes)
-            flat = cp.empty(max(total, 1), cp.uint8)
-            outs, off = [], 0
-            for h, w in sizes:
-                outs.append(flat[off:off + h * w * C].reshape(h, w, C))
-                off += h * w * C
+    ptrs, row, shapes = _geometry_of(samples)
+    n = len(ptrs)
+    plans = np.asarray(plans, dtype=np.float64).reshape(n, 6)
+    C = int(shapes[0, 2]) if n and shapes.shape[1] > 2 else 1
+    if n and shapes.shape[1] > 2 and (shapes[:, 2] != C).any():
+        raise ValueError("resize on the GPU needs one channel count per batch")
+    out_hw = plans[:, :2].astype(np.int64)
+    if n and (out_hw == out_hw[0]).all():
+        dense = cp.empty((n, int(out_hw[0, 0]), int(out_hw[0, 1]), C), cp.uint8)
+        per = int(out_hw[0, 0] * out_hw[0, 1] * C)
+        dst = dense.data.ptr + np.arange(n, dtype=np.int64) * per
+        flat = None
     else:
-        outs = list(out)
+        sizes = out_hw[:, 0] * out_hw[:, 1] * C
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else np.zeros(0, np.int64)
+        buf = cp.empty(max(int(sizes.sum()) if n else 0, 1), cp.uint8)
+        dst = buf.data.ptr + offsets
+        dense, flat = None, (buf, offsets, np.column_stack([out_hw, np.full(n, C, np.int64)]))
     if n == 0:
-        return outs, dense
-    itab = np.zeros((n, 8), np.int64)
-    ftab = np.zeros((n, 4), np.float32)
-    for i, ((ptr, stride, h, w, _), p, o) in enumerate(zip(geo, plans, outs)):
-        itab[i] = (ptr, stride, h, w, o.data.ptr, p[0], p[1], 1 if mirror is not None and mirror[i] else 0)
-        ftab[i] = (p[2], p[3], p[4], p[5])
-    it, ft = upload_table(itab, batch), upload_table(ftab, batch)
+        return dense, flat
+    itab = np.empty((n, 8), np.int64)
+    itab[:, 0] = ptrs
+    itab[:, 1] = row
+    itab[:, 2:4] = shapes[:, :2]
+    itab[:, 4] = dst
+    itab[:, 5:7] = out_hw
+    itab[:, 7] = 0 if mirror is None else np.asarray(mirror, dtype=bool).astype(np.int64)
+    ftab = plans[:, 2:6].astype(np.float32)
+    it, ft = upload_table(itab, batch), upload_table(np.ascontiguousarray(ftab), batch)
     name = {3: "resize_u8_c3", 1: "resize_u8_c1"}.get(C)
     if name is None:
         raise ValueError(f"resize on the GPU supports 1 or 3 channels, got {C}")
     kern = cuda.load_kernel("resize", name)
-    grid, block = grid_for(max(h * w for h, w in sizes), n)
+    grid, block = grid_for(int((out_hw[:, 0] * out_hw[:, 1]).max()), n)
     # The tables may be freed right after the launch: CuPy's pool reuses memory in stream order.
     kern(grid, block, (it, ft))
-    return outs, dense
+    return dense, flat
+
+
+def resize_samples(samples, plans, batch, mirror=None):
+    """:func:`resize_batch` with per-sample outputs: ``(list of CuPy arrays, dense or None)``."""
+    dense, flat = resize_batch(samples, plans, batch, mirror)
+    if dense is not None:
+        return [dense[i] for i in range(dense.shape[0])], dense
+    if flat is None:
+        return [], None
+    buf, offsets, shapes = flat
+    return [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())], None
 
 
 def _uint8():
     from stoker import types
 
     return types.UINT8
+
+
+# Arguments the whole-batch planner handles; anything else (size lists, regions) plans per sample.
+_BATCH_PLAN_ARGS = {"resize_x", "resize_y", "resize_shorter", "resize_longer"}
+
+
+def _plans(op, x, arg_inputs):
+    """(N, 6) plans: vectorized unless the arguments need the per-sample planner."""
+    a = op.args
+    n = len(x)
+    simple = set(arg_inputs) <= _BATCH_PLAN_ARGS and a.get("size") is None and a.get("roi_start") is None \
+        and a.get("roi_end") is None and x.ndim == 3
+    if simple:
+        def col(name):
+            if name in arg_inputs:
+                return np.asarray([np.ravel(v)[0] if np.size(v) else 0 for v in arg_inputs[name]], np.float64)
+            return a.get(name)
+
+        shapes = x.geometry()[2] if n else np.zeros((0, 3), np.int64)
+        return resize_plans(shapes[:, :2], col("resize_y"), col("resize_x"), mode=a.get("mode") or "default",
+                            max_size=a.get("max_size"), resize_shorter=col("resize_shorter"),
+                            resize_longer=col("resize_longer"),
+                            subpixel_scale=a.get("subpixel_scale") is not False)
+    samples = x.samples()
+    return np.asarray([plan(op.sample_args(arg_inputs, i), s.shape[0], s.shape[1])
+                       for i, s in enumerate(samples)], np.float64).reshape(n, 6)
 
 
 @register_gpu("resize")
@@ -113,12 +167,10 @@ def gpu_resize(op, batch, inputs, arg_inputs):
     if (interp is not None and getattr(interp, "name", "") not in ("INTERP_LINEAR", "INTERP_TRIANGULAR")) \
             or op.args.get("dtype") is not None or x.dtype != _uint8() or x.ndim != 3:
         return host_fallback(op, batch, inputs, arg_inputs)
-    samples = x.samples()
-    plans = []
-    for i, s in enumerate(samples):
-        args = op.sample_args(arg_inputs, i)
-        plans.append(plan(args, s.shape[0], s.shape[1]))
-    outs, dense = resize_samples(samples, plans, batch)
+    dense, flat = resize_batch(x, _plans(op, x, arg_inputs), batch)
+    layout = x.layout() or "HWC"
     if dense is not None:
-        return [TensorListGPU(dense, x.layout() or "HWC", x.source_info())]
-    return [TensorListGPU(outs, x.layout() or "HWC", x.source_info())]
+        return [TensorListGPU(dense, layout, x.source_info())]
+    if flat is None:
+        return [TensorListGPU([], layout, x.source_info())]
+    return [TensorListGPU.from_flat(*flat, layout, x.source_info())]
