@@ -1,9 +1,9 @@
-"""Fixtures of the colour operator tests (helpers live in oracle_helpers.py)."""
+"""Fixtures of the colour operator tests (the DALI oracle lives in tests/dali_oracle.py)."""
 
 import pytest
-from oracle_helpers import make_images
+from generated_images import small_images
 
 
 @pytest.fixture(scope="session")
 def images():
-    return make_images()
+    return small_images()

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from oracle_helpers import compare, run_pipeline
+from dali_oracle import compare_op, run_op
 
 from stoker import types
 
@@ -26,7 +26,7 @@ HSV_CASES = [
 def test_uint8_matches_dali(name, kwargs, images):
     # same matrix, float32; a rounding tie may land one apart
     tol = (1e-3, 1e-3) if kwargs.get("dtype") == types.FLOAT else (0.01, 1)
-    compare(name, [images["rgb"], images["noise"]], *tol, **kwargs)
+    compare_op(name, [images["rgb"], images["noise"]], *tol, **kwargs)
 
 
 @pytest.mark.oracle
@@ -36,7 +36,7 @@ def test_uint8_matches_dali(name, kwargs, images):
                                          ("color_twist", dict(brightness=1.1, contrast=1.4, hue=5.0))])
 def test_float_matches_dali(name, kwargs, images):
     tol = (0.01, 1) if name == "hsv" and "dtype" not in kwargs else (1e-6, 1e-5)
-    compare(name, [images["rgb_f"]], *tol, **kwargs)
+    compare_op(name, [images["rgb_f"]], *tol, **kwargs)
 
 
 @pytest.mark.oracle
@@ -45,20 +45,20 @@ def test_per_sample_arguments_match_dali(images):
     per_sample = {"hue": [np.float32(v) for v in (0.0, 33.0, -170.0)],
                   "saturation": [np.float32(v) for v in (1.0, 0.2, 1.8)],
                   "value": [np.float32(v) for v in (1.0, 1.1, 0.5)]}
-    compare("hsv", batch, 0.01, 1, per_sample=per_sample)
+    compare_op("hsv", batch, 0.01, 1, per_sample=per_sample)
     ct = {"brightness": per_sample["value"], "contrast": [np.float32(v) for v in (1.0, 0.4, 1.5)]}
-    compare("color_twist", batch, 0.01, 1, per_sample=ct, hue=12.0)
+    compare_op("color_twist", batch, 0.01, 1, per_sample=ct, hue=12.0)
 
 
 def test_neutral_arguments_are_identity(images):
     x = images["rgb"]
     for name in ("hsv", "hue", "saturation", "color_twist"):
-        np.testing.assert_array_equal(run_pipeline("stoker", name, [x])[0], x, err_msg=name)
+        np.testing.assert_array_equal(run_op("stoker", name, [x])[0], x, err_msg=name)
 
 
 def test_zero_saturation_gives_grey_and_keeps_luma(images):
     x = images["rgb_f"]
-    out = run_pipeline("stoker", "saturation", [x], saturation=0.0)[0]
+    out = run_op("stoker", "saturation", [x], saturation=0.0)[0]
     luma = x @ np.float32([0.299, 0.587, 0.114])
     # the way back from YIQ is the inverse of the 3-decimal NTSC matrix, whose luma column is
     # 1 +- 0.4%: grey up to that (as DALI)
@@ -67,7 +67,7 @@ def test_zero_saturation_gives_grey_and_keeps_luma(images):
 
 def test_hue_full_turn_is_identity(images):
     x = images["rgb_f"]
-    out = run_pipeline("stoker", "hue", [x], hue=360.0)[0]
+    out = run_op("stoker", "hue", [x], hue=360.0)[0]
     np.testing.assert_allclose(out, x, atol=1e-5)
 
 
@@ -75,8 +75,8 @@ def test_bgr_image_type_is_rgb_with_channels_swapped(images):
     """On purpose unlike DALI 2.4, whose CPU hue/saturation/color_twist ignore image_type and
     weigh BGR pixels as if they were RGB: stoker honours the argument."""
     x = images["rgb"]
-    rgb = run_pipeline("stoker", "hue", [x], hue=40.0)[0]
-    bgr = run_pipeline("stoker", "hue", [np.ascontiguousarray(x[..., ::-1])], hue=40.0, image_type=types.BGR)[0]
+    rgb = run_op("stoker", "hue", [x], hue=40.0)[0]
+    bgr = run_op("stoker", "hue", [np.ascontiguousarray(x[..., ::-1])], hue=40.0, image_type=types.BGR)[0]
     np.testing.assert_array_equal(bgr[..., ::-1], rgb)
 
 
@@ -84,11 +84,11 @@ def test_errors_name_operator_and_argument(images):
     from stoker.errors import OperatorError, PipelineBuildError
 
     with pytest.raises(OperatorError, match="(?s)saturation.*must not be negative"):
-        run_pipeline("stoker", "saturation", [images["rgb"]], saturation=-1.0)
+        run_op("stoker", "saturation", [images["rgb"]], saturation=-1.0)
     with pytest.raises(OperatorError, match="(?s)hsv.*3 channels"):
-        run_pipeline("stoker", "hsv", [images["gray"]])
+        run_op("stoker", "hsv", [images["gray"]])
     with pytest.raises(PipelineBuildError, match="hue.*'image_type'"):
-        run_pipeline("stoker", "hue", [images["rgb"]], image_type=types.YCbCr)
+        run_op("stoker", "hue", [images["rgb"]], image_type=types.YCbCr)
 
 
 @pytest.mark.oracle
@@ -111,7 +111,7 @@ def test_random_hue_from_random_uniform_matches_dali(images):
     hues = [np.float32(np.asarray(hue.at(i))) for i in range(4)]
     sats = [np.float32(np.asarray(sat.at(i))) for i in range(4)]
     assert len(set(hues)) == 4 and all(-45 <= h < 45 for h in hues)
-    theirs = run_pipeline("dali", "hsv", batch, per_sample={"hue": hues, "saturation": sats})
+    theirs = run_op("dali", "hsv", batch, per_sample={"hue": hues, "saturation": sats})
     for i in range(4):
         d = np.abs(np.asarray(out.at(i)).astype(int) - theirs[i])
         assert d.max() <= 1 and d.mean() < 0.01

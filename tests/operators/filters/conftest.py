@@ -1,15 +1,9 @@
-"""Fixtures of the filter operator tests; the oracle helpers are shared with the colour tests."""
-
-import sys
-from pathlib import Path
+"""Fixtures of the filter operator tests: the same images as the colour tests."""
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "color"))
-
-from oracle_helpers import make_images  # noqa: E402
+from generated_images import small_images
 
 
 @pytest.fixture(scope="session")
 def images():
-    return make_images()
+    return small_images()

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from dali_oracle import assert_close
 
 from stoker import types
 from stoker.operators.image.geometry import crop_anchor

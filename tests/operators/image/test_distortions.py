@@ -1,15 +1,11 @@
 """water and sphere against DALI's CPU operators (nearest neighbour exact, linear within 1 level: OpenCV's
 1/32-pixel weights); jitter (GPU-only in DALI) by its properties."""
 
-import sys
-from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import check, run_graph  # noqa: E402
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

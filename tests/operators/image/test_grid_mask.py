@@ -1,14 +1,10 @@
 """grid_mask: exactly DALI's output (uint8 and float, HWC and HW, per-sample arguments), plus the square
 pattern checked directly."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import check, run_graph  # noqa: E402
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

@@ -1,13 +1,9 @@
 """normalize against DALI's CPU operator and a NumPy reference."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import check, run_graph  # noqa: E402
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

@@ -6,7 +6,7 @@ import time
 import cv2
 import numpy as np
 import pytest
-from conftest import assert_close
+from dali_oracle import assert_close
 
 from stoker import types
 from stoker.operators.image.geometry import resize_plan

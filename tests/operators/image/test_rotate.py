@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from dali_oracle import assert_close
 
 from stoker import types
 from stoker.operators.image.geometry import rotated_size

@@ -2,15 +2,11 @@
 a pixel edge within float rounding, where DALI's and our float evaluation can pick either side), linear
 within 1 level (OpenCV's 1/32-pixel fixed-point weights)."""
 
-import sys
-from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import check, run_graph  # noqa: E402
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

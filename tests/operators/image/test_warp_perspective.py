@@ -2,15 +2,11 @@
 within 1 level (DALI evaluates the matrix in float32, we in float64, and both use OpenCV's 1/32-pixel
 fixed-point weights), float images within 1e-3."""
 
-import sys
-from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import check, run_graph  # noqa: E402
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

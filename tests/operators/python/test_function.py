@@ -1,16 +1,13 @@
 """python_function, torch_python_function and dl_tensor_python_function: the same results as DALI's for
 the same function, per-sample calls on several threads, num_outputs, batch_processing, errors."""
 
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import assert_same, check, run_graph  # noqa: E402
+from dali_oracle import assert_same, check, run_graph
 
 from stoker import fn, pipeline_def  # noqa: E402
 from stoker.errors import StokerError  # noqa: E402

@@ -2,14 +2,10 @@
 another generator), determinism, and the output types and layouts DALI gives."""
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tensor"))
-from tensor_oracle import run_graph  # noqa: E402
+from dali_oracle import run_graph
 
 from stoker import fn, pipeline_def, types  # noqa: E402
 from stoker.errors import StokerError  # noqa: E402

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from tensor_oracle import check, run_graph
+from dali_oracle import check, run_graph
 
 from stoker.errors import StokerError
 
@@ -97,7 +97,7 @@ def test_reshape_per_sample_src_dims():
     (out, layout), = run_graph("stoker", lambda fn, t, x, d: fn.reshape(x, src_dims=d, layout="ABC"), data, dims)
     assert layout == "ABC"
     for o, x, d in zip(out, data, dims):
-        (want, _), = run_graph("dali", lambda fn, t, x: fn.reshape(x, src_dims=d.tolist()), [x])
+        (want, _), = run_graph("dali", lambda fn, t, x, d=d: fn.reshape(x, src_dims=d.tolist()), [x])
         assert o.shape == want[0].shape and o.dtype == want[0].dtype
         np.testing.assert_array_equal(o, want[0])
     assert [o.shape for o in out] == [(3, 2, 1), (4, 1, 5)]
