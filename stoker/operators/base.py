@@ -39,9 +39,16 @@ class BatchContext:
     on_error: str = "raise"  # "raise", or "skip"/"substitute": failed samples go to `failures`
     failures: dict = field(default_factory=dict)  # sample index -> OperatorError
     index_offset: int = 0  # added to sample indices for random streams (refilled samples)
+    # In a conditional branch: each sample's index in the whole batch (offset included), so a
+    # sample's random stream does not depend on which other samples took the branch.
+    sample_ids: Sequence[int] | None = None
 
     def source(self, i: int) -> str:
         return self.sources[i] if i < len(self.sources) else ""
+
+    def sample_index(self, i: int) -> int:
+        """The index that keys sample i's random stream."""
+        return self.sample_ids[i] if self.sample_ids is not None else i + self.index_offset
 
 
 @dataclass
@@ -96,7 +103,7 @@ class Operator:
 
         def one(i):
             args = self.sample_args(arg_inputs, i)
-            ctx = SampleContext(i + batch.index_offset, batch.iteration, self.op_seed, batch.source(i))
+            ctx = SampleContext(batch.sample_index(i), batch.iteration, self.op_seed, batch.source(i))
             out = self.run_sample(sample_inputs[i], args, ctx)
             return out if isinstance(out, tuple) else (out,)
 

@@ -48,6 +48,8 @@ class OpNode:
     instance_name: str | None = None
     id: int = field(default_factory=lambda: next(_node_ids))
     outputs: list[DataNode] = field(default_factory=list)
+    scope: object = None  # the conditional branch it runs in (stoker.pipeline.conditionals.Scope)
+    control_inputs: list[DataNode] = field(default_factory=list)  # run after these, take no data
 
     @property
     def op_class(self):
@@ -104,7 +106,8 @@ class DataNode:
         raise TypeError(
             f"{self!r} is a symbolic batch: its value is known only when the pipeline runs, so it cannot "
             "be used in a Python 'if', 'and', 'or' or 'not' while the pipeline is defined. Use "
-            "arithmetic, fn.select-like masks, or @pipeline_def(enable_conditionals=True)."
+            "@pipeline_def(enable_conditionals=True) (per-sample if/elif/else, and/or/not), or arithmetic "
+            "masks."
         )
 
     def __iter__(self):
@@ -277,9 +280,12 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     for key, value in arg_nodes.items():
         if value.device != "cpu":
             raise arg_error(op_name, key, "per-sample argument inputs must be CPU batches")
+    from stoker.pipeline import conditionals  # imports this module
+
+    inputs, arg_nodes, scope, control = conditionals.scoped_inputs(op_name, inputs, arg_nodes)
     name = static.get("name")
     node = OpNode(op_name, requested if requested == "mixed" else placement, static, inputs, arg_nodes,
-                  user_origin(), name)
+                  user_origin(), name, scope=scope, control_inputs=control)
     if not node.instance_name:
         node.instance_name = f"__{op_name.replace('.', '_')}_{node.id}"
     out_device = "gpu" if requested in ("gpu", "mixed") else "cpu"

@@ -29,6 +29,7 @@ from typing import Any
 
 from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext
+from stoker.pipeline import conditionals
 from stoker.pipeline.graph import Graph
 
 _STOP = object()
@@ -53,6 +54,7 @@ class Iteration:
     offset: int = 0  # sample-index offset of refilled samples (random streams)
     dropped: int = 0  # samples removed under on_error="skip"/"substitute"
     reports: list = field(default_factory=list)
+    scopes: dict = field(default_factory=dict)  # conditional branch id -> its samples' indices
 
 
 class Executor:
@@ -286,13 +288,16 @@ class Executor:
         inputs = [it.values[(x.source.id, x.index)] for x in node.inputs]
         arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
         sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
-        n = len(inputs[0]) if inputs else it.batch_size
+        ids = conditionals.scope_sample_ids(node.scope, it) if node.scope is not None else None
+        n = len(inputs[0]) if inputs else (len(ids) if ids is not None else it.batch_size)
         ctx = BatchContext(n, it.index, pool=self.pool, sources=sources,
                            stream=self.gpu.stream if gpu else None,
                            device_id=self.gpu.device_id if self.gpu else None)
         ctx.prepared = it.values["prepared"].get(node.id)
-        ctx.on_error = "raise" if gpu else self.on_error
+        # Once a batch is split by a conditional, dropping samples would misalign the branches.
+        ctx.on_error = "raise" if gpu or it.scopes else self.on_error
         ctx.index_offset = it.offset
+        ctx.sample_ids = ids
         for k, v in arg_inputs.items():
             if len(v) != n:
                 raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",

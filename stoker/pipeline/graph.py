@@ -22,7 +22,7 @@ class Graph:
         def visit(node: OpNode, stack: tuple = ()):
             if node.id in seen:
                 return
-            for x in [*node.inputs, *node.arg_inputs.values()]:
+            for x in [*node.inputs, *node.arg_inputs.values(), *node.control_inputs]:
                 visit(x.source, stack + (node.id,))
             seen.add(node.id)
             order.append(node)
@@ -31,6 +31,10 @@ class Graph:
             if not isinstance(out, DataNode):
                 raise PipelineBuildError(
                     f"pipeline outputs must be DataNodes returned by operators, got {type(out).__name__}")
+            if out.source.scope is not None:
+                raise PipelineBuildError(
+                    f"output {out!r} was produced inside a branch of {out.source.scope.what} and not merged: "
+                    "assign it to a variable in both branches (or before the if)")
             visit(out.source)
         for node in recorded:
             if node.args.get("preserve") and node.id not in seen:

@@ -7,7 +7,6 @@ import inspect
 import json
 import os
 import threading
-import warnings
 from collections import deque
 
 from stoker.errors import PipelineBuildError, StokerError
@@ -430,10 +429,11 @@ def pipeline_def(fn=None, *, enable_conditionals: bool = False, **pipeline_kwarg
 
         pipe = train("data/", num_threads=4, device_id=None)
     """
-    if enable_conditionals:
-        warnings.warn("enable_conditionals is not supported yet; per-sample 'if' will raise", stacklevel=2)
-
     def decorate(func):
+        if enable_conditionals:  # per-sample if/and/or/not: see stoker.pipeline.conditionals
+            from stoker.pipeline.conditionals_ast import convert
+
+            func = convert(func)
         params = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
         func_params = set(inspect.signature(func).parameters)
 

@@ -47,7 +47,7 @@ class _Generator(Operator):
         if inputs or arg_inputs or self.args.get("shape") not in (None, []) or not hasattr(self, "vectorized"):
             return super().run_cpu(batch, inputs, arg_inputs)
         n = batch.batch_size
-        u = batch_uniforms(self.op_seed, batch.iteration, np.arange(batch.index_offset, batch.index_offset + n),
+        u = batch_uniforms(self.op_seed, batch.iteration, [batch.sample_index(i) for i in range(n)],
                            self.draws_per_sample)
         values = self.vectorized(u)
         return [TensorListCPU([v.reshape(()) for v in values], "")]

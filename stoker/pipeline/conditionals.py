@@ -1,0 +1,358 @@
+"""Per-sample conditionals: ``if``/``elif``/``else``, ``and``, ``or``, ``not`` and ``a if c else b``
+on DataNodes, as DALI's ``@pipeline_def(enable_conditionals=True)``.
+
+How it works
+------------
+With ``enable_conditionals=True`` the pipeline function's source is rewritten
+(:mod:`stoker.pipeline.conditionals_ast`): every ``if`` becomes two local functions,
+one per branch, that take and return the variables the branches assign, and a
+call of :func:`if_stmt`. ``and``/``or``/``not``/``x if c else y`` become calls of
+:func:`and_`, :func:`or_`, :func:`not_`, :func:`if_exp`.
+
+At trace time :func:`if_stmt` looks at the condition. A plain Python value keeps
+Python's behaviour (only one branch runs). A DataNode (a per-sample predicate)
+traces *both* branches, each inside a :class:`Scope`: while a branch is traced,
+every operator that consumes a batch made outside the branch gets instead the
+``_conditional.split`` of it (the samples whose predicate selects this branch,
+in order), so the branch's operators run on a sub-batch. Afterwards each
+variable the branches assigned is ``_conditional.merge``\\ d back into one batch in
+the original sample order. Python numbers assigned in a branch become constant
+batches; a variable assigned on only one path becomes an :class:`Undefined` that
+raises a clear error where it is used (DALI rejects it the same way).
+
+Operators without inputs inside a branch (``fn.random.coin_flip()``) run for the
+branch's samples only; the executor asks :func:`scope_sample_ids` which samples
+those are, and every per-sample random stream is keyed by the sample's index in
+the whole batch, so a sample's random values do not depend on which other
+samples took the branch, nor on ``num_threads``.
+
+Limits: the data must be on the CPU (no GPU split/merge yet); an ``if`` whose
+branches contain ``return``, ``break``/``continue`` (of an outer loop), ``yield``,
+``global`` or ``nonlocal`` stays a plain Python ``if`` (a per-sample condition there
+raises an error saying so); only the decorated function is rewritten, not the
+functions it calls (use :func:`if_stmt` directly in helpers, as ``stoker.auto_aug`` does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stoker.errors import PipelineBuildError
+from stoker.pipeline.data_node import DataNode, constant_node, invoke
+
+_scope_ids = itertools.count(1)
+_tls = threading.local()
+_SPLIT, _MERGE = "_conditional.split", "_conditional.merge"
+
+
+class UndefinedVariableError(PipelineBuildError, NameError):
+    """A variable used after an ``if`` that assigned it on one path only."""
+
+
+class Undefined:
+    """The value of a variable that has no value on some path of an ``if``.
+
+    Any use (as an operator input, an output, in arithmetic, as a condition)
+    raises :class:`UndefinedVariableError` naming the variable and the ``if``.
+    """
+
+    def __init__(self, name: str, message: str):
+        self._name = name
+        self._message = message
+
+    def _fail(self, *args, **kwargs):
+        raise UndefinedVariableError(self._message)
+
+    def __repr__(self) -> str:
+        return f"<undefined variable {self._name!r}: {self._message}>"
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._fail()
+
+    __bool__ = __array__ = __iter__ = __len__ = __call__ = __getitem__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __invert__ = _fail
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __lt__ = __le__ = __gt__ = __ge__ = _fail
+
+
+def _unbound(name: str) -> Undefined:
+    return Undefined(name, f"variable '{name}' is used before it is assigned")
+
+
+@dataclass(eq=False)
+class Scope:
+    """One branch of one per-sample conditional: the samples of ``parent`` whose
+    ``predicate`` (a DataNode of the parent scope) equals ``branch``."""
+
+    parent: Scope | None
+    predicate: DataNode
+    branch: bool
+    what: str  # "the `if` at file:line", for messages
+    id: int = field(default_factory=lambda: next(_scope_ids))
+    splits: dict = field(default_factory=dict)  # (node id, output) -> the split DataNode
+
+    def encloses(self, other: Scope | None) -> bool:
+        """True if ``other`` is this scope or one of its ancestors (None is the whole batch)."""
+        s = self
+        while s is not None:
+            if s is other:
+                return True
+            s = s.parent
+        return other is None
+
+
+def current_scope() -> Scope | None:
+    """The branch being traced on this thread (None outside per-sample conditionals)."""
+    stack = getattr(_tls, "stack", None)
+    return stack[-1] if stack else None
+
+
+class _in_scope:
+    def __init__(self, scope: Scope | None):
+        self.scope = scope
+
+    def __enter__(self):
+        if not hasattr(_tls, "stack"):
+            _tls.stack = []
+        _tls.stack.append(self.scope)
+
+    def __exit__(self, *exc):
+        _tls.stack.pop()
+
+
+def _scope_of(node: DataNode) -> Scope | None:
+    return node.source.scope
+
+
+def _check_cpu(node: DataNode, what: str) -> None:
+    if node.device != "cpu":
+        raise PipelineBuildError(
+            f"{node!r} is a GPU batch used in {what}: stoker's per-sample conditionals work on CPU data "
+            "for now. Apply the if to CPU batches and call .gpu() after it")
+
+
+def bring(node: DataNode, scope: Scope | None) -> DataNode:
+    """``node`` as seen inside ``scope``: split down from the scope it was made in (cached)."""
+    origin = _scope_of(node)
+    if origin is scope:
+        return node
+    if scope is None or not scope.encloses(origin):
+        made = origin.what if origin is not None else "outside any if"
+        where = scope.what if scope is not None else "after it"
+        raise PipelineBuildError(
+            f"{node!r} was produced inside a branch of {made} and used {where} without being merged: "
+            "assign it to a variable in both branches (or before the if) so it can be merged per sample")
+    _check_cpu(node, scope.what)
+    key = (node.source.id, node.index)
+    got = scope.splits.get(key)
+    if got is None:
+        above = bring(node, scope.parent)
+        with _in_scope(scope):
+            got = invoke(_SPLIT, [above, scope.predicate], {"branch": scope.branch, "what": scope.what})
+        scope.splits[key] = got
+    return got
+
+
+def scoped_inputs(op_name: str, inputs: list, arg_nodes: dict):
+    """Called by ``invoke`` for every operator: inside a branch, inputs from outside are split
+    into it, and an operator with no positional input waits for the branch's predicate (it runs
+    for the branch's samples only). Returns (inputs, arg_nodes, scope, control_inputs)."""
+    scope = current_scope()
+    if scope is None or op_name in (_SPLIT, _MERGE):
+        return inputs, arg_nodes, scope, []
+    inputs = [bring(x, scope) for x in inputs]
+    arg_nodes = {k: bring(v, scope) for k, v in arg_nodes.items()}
+    return inputs, arg_nodes, scope, ([] if inputs else [scope.predicate])
+
+
+def scope_sample_ids(scope: Scope, it) -> list[int]:
+    """The indices in the whole batch (plus the iteration's refill offset) of the samples that
+    run in ``scope`` in iteration ``it`` (an executor Iteration); cached in ``it.scopes``."""
+    from stoker.operators.tensor.conditional import predicate_mask
+
+    ids = it.scopes.get(scope.id)
+    if ids is None:
+        pred_node = scope.predicate
+        pred = it.values[(pred_node.source.id, pred_node.index)]
+        if scope.parent is None:
+            parent = range(it.offset, it.offset + len(pred))
+        else:
+            parent = scope_sample_ids(scope.parent, it)
+        mask = predicate_mask(pred, scope.what, _SPLIT, pred_node.source.origin)
+        ids = [p for p, m in zip(parent, mask) if m == scope.branch]
+        it.scopes[scope.id] = ids
+    return ids
+
+
+# --- runtime of the rewritten code ---------------------------------------------------
+
+def ld(thunk: Callable, name: str):
+    """The current value of a variable, or an :class:`Undefined` if it is not bound yet."""
+    try:
+        return thunk()
+    except NameError:
+        return _unbound(name)
+
+
+def results(local_vars: dict, names: Sequence[str]) -> tuple:
+    """The values a branch function hands back (its ``locals()``; deleted names are undefined)."""
+    return tuple(local_vars[n] if n in local_vars else _unbound(n) for n in names)
+
+
+def py_cond(value, reason: str, what: str):
+    """The condition of an ``if`` that could not be rewritten: only plain Python values."""
+    if isinstance(value, DataNode):
+        raise PipelineBuildError(
+            f"{what} has a per-sample condition ({value!r}), but its branches contain {reason}, which "
+            "stoker cannot run per sample. Assign results to variables and move the "
+            f"{reason} after the if")
+    return value
+
+
+def _new_scopes(cond: DataNode, what: str) -> tuple[Scope, Scope, DataNode]:
+    parent = current_scope()
+    pred = bring(cond, parent)
+    _check_cpu(pred, what)
+    return Scope(parent, pred, True, what), Scope(parent, pred, False, what), pred
+
+
+def if_stmt(cond, body: Callable, orelse: Callable, state: tuple, names: Sequence[str], what: str) -> tuple:
+    """Run an ``if`` statement: ``body(*state)`` / ``orelse(*state)`` return the new values of
+    ``names`` (the variables the branches assign; ``state`` holds their values before).
+
+    A DataNode condition traces both branches on their sub-batches and merges every
+    variable per sample; anything else is an ordinary Python ``if``.
+    """
+    if not isinstance(cond, DataNode):
+        return body(*state) if cond else orelse(*state)
+    t_scope, f_scope, pred = _new_scopes(cond, what)
+    with _in_scope(t_scope):
+        on_true = body(*state)
+    with _in_scope(f_scope):
+        on_false = orelse(*state)
+    return tuple(merge_value(name, a, b, t_scope, f_scope, pred)
+                 for name, a, b in zip(names, on_true, on_false))
+
+
+def if_exp(cond, on_true: Callable, on_false: Callable, what: str):
+    """``on_true() if cond else on_false()``, per sample when ``cond`` is a DataNode."""
+    if not isinstance(cond, DataNode):
+        return on_true() if cond else on_false()
+    t_scope, f_scope, pred = _new_scopes(cond, what)
+    with _in_scope(t_scope):
+        a = on_true()
+    with _in_scope(f_scope):
+        b = on_false()
+    return merge_value("<conditional expression>", a, b, t_scope, f_scope, pred)
+
+
+def not_(value, what: str = "`not`"):
+    """``not value``: a per-sample boolean DataNode for a DataNode, Python's ``not`` otherwise."""
+    if isinstance(value, DataNode):
+        return invoke("_conditional.not", [value], {"what": what})
+    return not value
+
+
+def and_(what: str, *thunks: Callable):
+    """``a and b and ...`` (operands as thunks): short-circuits per sample for DataNodes."""
+    return _logical(True, what, thunks)
+
+
+def or_(what: str, *thunks: Callable):
+    """``a or b or ...`` (operands as thunks): short-circuits per sample for DataNodes."""
+    return _logical(False, what, thunks)
+
+
+def _logical(is_and: bool, what: str, thunks: Sequence[Callable]):
+    value = thunks[0]()
+    rest = thunks[1:]
+    while rest and not isinstance(value, DataNode):
+        if bool(value) != is_and:  # Python short circuit: `and` stops at a false value
+            return value
+        value, rest = rest[0](), rest[1:]
+    if not rest:
+        return value
+    pred = invoke("_conditional.to_bool", [value], {"what": what})
+    t_scope, f_scope = Scope(current_scope(), pred, True, what), Scope(current_scope(), pred, False, what)
+    # `a and b`: b is evaluated only for samples where a is true; elsewhere the result is a (false).
+    go_on, stop = (t_scope, f_scope) if is_and else (f_scope, t_scope)
+    with _in_scope(go_on):
+        other = _as_bool(_logical(is_and, what, rest), what)
+    decided = bring(pred, stop)
+    a, b = (other, decided) if is_and else (decided, other)
+    return merge_value("<logical expression>", a, b, t_scope, f_scope, pred)
+
+
+def _as_bool(value, what: str) -> DataNode:
+    if isinstance(value, DataNode):
+        return invoke("_conditional.to_bool", [value], {"what": what})
+    return constant_node(np.array(bool(value)))
+
+
+# --- merging branch results ------------------------------------------------------------
+
+def _is_number_like(v) -> bool:
+    return isinstance(v, (bool, int, float, np.bool_, np.number, np.ndarray))
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, DataNode) or isinstance(b, DataNode) or type(a) is not type(b):
+        return False
+    try:
+        if isinstance(a, np.ndarray):
+            return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - objects without a usable ==: treat as different
+        return False
+
+
+def merge_value(name: str, a, b, t_scope: Scope, f_scope: Scope, pred: DataNode):
+    """The value of variable ``name`` after a per-sample if: ``a`` from the if branch, ``b`` from
+    the else branch. DataNodes (and numbers, as constants) are merged per sample; lists, tuples
+    and dicts element by element; equal Python values are kept."""
+    what = t_scope.what
+    if isinstance(a, Undefined) and isinstance(b, Undefined):
+        return a
+    if isinstance(a, Undefined) or isinstance(b, Undefined):
+        missing = "if" if isinstance(a, Undefined) else "else"
+        return Undefined(name, f"variable '{name}' is assigned in only one branch of {what} (the per-sample "
+                               f"condition): it must also be assigned in the `{missing}` branch (or before "
+                               "the if) to be used after it")
+    if _same(a, b):
+        return a
+    mergeable = [isinstance(x, DataNode) or _is_number_like(x) for x in (a, b)]
+    if (isinstance(a, DataNode) or isinstance(b, DataNode)) and not all(mergeable):
+        other = type(b if isinstance(a, DataNode) else a).__name__
+        raise PipelineBuildError(
+            f"variable '{name}' is a batch in one branch of {what} and a {other} in the other: both "
+            "branches must give batches (or numbers) to merge per sample")
+    if all(mergeable):
+        a, b = _node_in(a, t_scope), _node_in(b, f_scope)
+        _check_cpu(a, what)
+        _check_cpu(b, what)
+        with _in_scope(t_scope.parent):
+            return invoke(_MERGE, [a, b, pred], {"variable": name, "what": what})
+    if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
+        return type(a)(merge_value(f"{name}[{i}]", x, y, t_scope, f_scope, pred) for i, (x, y) in
+                       enumerate(zip(a, b)))
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return {k: merge_value(f"{name}[{k!r}]", a[k], b[k], t_scope, f_scope, pred) for k in a}
+    raise PipelineBuildError(
+        f"variable '{name}' has different Python values in the two branches of {what} ({a!r} and {b!r}): "
+        "with a per-sample condition only batches and numbers can differ between the branches")
+
+
+def _node_in(value, scope: Scope) -> DataNode:
+    if isinstance(value, DataNode):
+        return bring(value, scope)
+    with _in_scope(scope):
+        return constant_node(value)
