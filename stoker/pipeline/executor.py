@@ -31,6 +31,7 @@ from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals
 from stoker.pipeline.graph import Graph
+from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
 _log = logging.getLogger("stoker")
@@ -54,6 +55,7 @@ class Iteration:
     offset: int = 0  # sample-index offset of refilled samples (random streams)
     dropped: int = 0  # samples removed under on_error="skip"/"substitute"
     reports: list = field(default_factory=list)
+    track: Any = None  # per-sample bookkeeping under skip/substitute (tracking.Track)
     scopes: dict = field(default_factory=dict)  # conditional branch id -> its samples' indices
 
 
@@ -71,10 +73,12 @@ class Executor:
         # samples skipped or substituted (see Pipeline.error_report), the latest MAX_ERROR_REPORTS
         self.error_reports: collections.deque = collections.deque(maxlen=MAX_ERROR_REPORTS)
         self.error_count = 0
+        self.tracker = Tracker(graph, batch_size, on_error)
         from stoker.operators.base import Reader
 
         self._refillable = bool(graph.source_nodes) and all(
             isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
+        self.tracker.can_skip = self._refillable
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
         self._out: queue.Queue = queue.Queue()
@@ -182,11 +186,15 @@ class Executor:
             it.error = StopIteration()
             return
         try:
-            self._advance_sources(it, self.batch_size)
+            if self.tracker.active:
+                it.track = Track(target=self.batch_size)
+            self._advance(it, self.batch_size)
             for node in self.graph.cpu_nodes:
                 self._run_node(node, it, gpu=False)
-            if it.dropped:
+            if it.dropped or (it.track is not None and it.track.taken < it.track.target):
                 self._repair(it)
+            if self.tracker.mask_nodes:
+                fill_masks(it, self.tracker.mask_nodes)
             self._prepare_gpu_nodes(it)
             it.state = self.graph.source_state(it.index + 1)
         except StopIteration as e:
@@ -205,6 +213,14 @@ class Executor:
                 it.done_event = self.gpu.record_event()
         except BaseException as e:  # noqa: BLE001
             it.error = e
+
+    def _advance(self, it: Iteration, count: int, has_samples: bool = False) -> int:
+        """Advance the sources by up to ``count`` samples (fewer where a padded reader's pass
+        ends); returns how many."""
+        if it.track is None:
+            self._advance_sources(it, count)
+            return count
+        return self.tracker.advance(it, lambda k: self._advance_sources(it, k), count, has_samples)
 
     def _advance_sources(self, it: Iteration, count: int) -> None:
         prepared = {}
@@ -226,20 +242,26 @@ class Executor:
         it.values["prepared"] = prepared
 
     def _repair(self, it: Iteration) -> None:
-        """After samples failed under on_error="skip"/"substitute": refill or pad the batch.
+        """After samples failed under on_error="skip"/"substitute", or a padded reader's pass ended
+        before the batch was full: refill, substitute in place, pad (see stoker.pipeline.tracking).
 
-        "skip" draws replacements from the readers' stream (same epoch order, so
-        no good sample is lost or repeated); "substitute" repeats good samples of
-        the batch in the failed positions. Refilled samples get fresh sample
-        indices for their random streams, so results stay deterministic.
+        "skip" draws replacements from the readers' stream (same epoch order, so no good sample
+        is lost or repeated); "substitute" puts a good sample of the batch (of the same pass) in
+        the failed sample's place. Refilled samples get fresh sample indices for their random
+        streams, so results stay deterministic.
         """
-        target = it.batch_size + it.dropped
-        policy = self.on_error
-        rounds = 0
-        while policy == "skip" and self._refillable and it.batch_size < target and rounds < _MAX_REFILL_ROUNDS:
+        tr = it.track
+        target = tr.target if tr is not None else it.batch_size + it.dropped
+        subs = tr.substitutes if tr is not None else []
+        rounds = pad = 0
+        while self._refillable and it.batch_size + len(subs) < target and rounds < _MAX_REFILL_ROUNDS:
             rounds += 1
+            need = target - it.batch_size - len(subs)
             sub = Iteration(it.index, offset=target * rounds)
-            self._advance_sources(sub, target - it.batch_size)
+            sub.track = tr.child() if tr is not None else None
+            if not self._advance(sub, need, has_samples=it.batch_size > 0):
+                pad = need  # a padded reader's pass ended: pad instead of reading the next pass
+                break
             for node in self.graph.cpu_nodes:
                 self._run_node(node, sub, gpu=False)
             for key, value in sub.values.items():
@@ -247,12 +269,10 @@ class Executor:
                     it.values[key] = _concat(it.values[key], value)
             it.batch_size += sub.batch_size
             it.reports.extend(sub.reports)
-        if policy == "substitute" and it.batch_size > 0:
-            missing = target - it.batch_size
-            for key, value in it.values.items():
-                if key != "prepared":
-                    it.values[key] = _concat(value, _take(value, [k % it.batch_size for k in range(missing)]))
-            it.batch_size = target
+            if tr is not None:
+                tr.merge(sub.track)
+        if tr is not None:
+            complete_batch(it, pad, _take)
         with self._lock:
             self.error_reports.extend(it.reports)
             self.error_count += len(it.reports)
@@ -319,10 +339,20 @@ class Executor:
         for key, value in list(it.values.items()):
             if key != "prepared" and len(value) == n:
                 it.values[key] = _take(value, keep)
-        for _, err in sorted(ctx.failures.items()):
+        policy = self.graph.instances[node.id].args.get("on_error") or ctx.on_error
+        tr = it.track
+        for i, err in sorted(ctx.failures.items()):
+            ordinal = tr.slots[i] if tr is not None and len(tr.slots) == n else None
+            if policy == "substitute" and ordinal is not None:
+                tr.substitutes.append(ordinal)
+            if ordinal is not None and tr.is_padding(ordinal):
+                continue  # pad_last_batch repeats the pass's last sample: reported once already
             it.reports.append({"source": err.source, "operator": err.operator, "reason": err.reason,
-                               "iteration": it.index, "action": "skipped" if self.on_error == "skip"
-                               else "substituted"})
+                               "iteration": it.index, "action": "substituted" if policy == "substitute"
+                               else "skipped",
+                               "epoch": tr.epoch_of(ordinal) if ordinal is not None else None})
+        if tr is not None and len(tr.slots) == n:
+            tr.slots = [tr.slots[i] for i in keep]
         it.batch_size = len(keep)
         it.dropped += len(ctx.failures)
 

@@ -89,6 +89,8 @@ class Pipeline:
         self._iteration = 0  # next iteration to schedule
         self._fed: dict[str, deque] = {}
         self._last_state: dict | None = None
+        self._last_track = None  # per-sample bookkeeping of the last batch (on_error skip/substitute)
+        self._closed_errors: tuple[list, int] | None = None  # error_report() after close()
         self._gpu = None
 
     # --- properties -----------------------------------------------------
@@ -290,6 +292,7 @@ class Pipeline:
                 raise StopIteration
             raise it.error
         self._last_state = it.state
+        self._last_track = it.track
         outs = []
         for o in self._outputs:
             val = it.values[(o.source.id, o.index)]
@@ -335,13 +338,15 @@ class Pipeline:
         counts them all.
         """
         if self._executor is None:
-            return []
+            return list(self._closed_errors[0]) if self._closed_errors else []
         with self._executor._lock:
             return list(self._executor.error_reports)
 
     def error_count(self) -> int:
         """How many samples were skipped or substituted so far (all of them, unlike error_report)."""
-        return 0 if self._executor is None else self._executor.error_count
+        if self._executor is None:
+            return self._closed_errors[1] if self._closed_errors else 0
+        return self._executor.error_count
 
     def reader_meta(self, name: str | None = None) -> dict:
         """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""
@@ -399,6 +404,9 @@ class Pipeline:
         """Stop worker threads and release resources (also done at garbage collection)."""
         if self._executor is not None:
             self._executor.close()
+            # Keep what was recorded: error_report() is often read after the run is over.
+            with self._executor._lock:
+                self._closed_errors = (list(self._executor.error_reports), self._executor.error_count)
             self._executor = None
         if self._graph is not None:
             for inst in self._graph.instances.values():

@@ -35,6 +35,8 @@ from enum import Enum, unique
 
 import numpy as np
 
+from stoker.plugin._pass_tracking import PassTracker, skips_samples
+
 __all__ = ["LastBatchPolicy", "BaseIterator"]
 
 _log = logging.getLogger("stoker")
@@ -133,6 +135,15 @@ class BaseIterator:
         self._epoch = 0  # epochs ended so far (for the error summary)
         self._reported = [0] * self._num_gpus  # per pipeline: error entries already summarized
         self._summarized = False  # this epoch's summary was logged
+        # Under on_error="skip" epochs follow the reader's passes, not a count (see _pass_tracking).
+        self._passes: PassTracker | None = None
+        if reader_name:
+            skipping = [skips_samples(p, reader_name) for p in self._pipes]
+            if any(skipping) and not all(skipping):
+                raise ValueError("iterator: either all pipelines or none may skip bad samples "
+                                 "(on_error='skip'), so that their epochs end alike")
+            if all(skipping):
+                self._passes = PassTracker(self, reader_name)
 
         flags = {bool(getattr(p, "_enable_checkpointing", False)) for p in self._pipes}
         if len(flags) > 1:
@@ -292,6 +303,8 @@ class BaseIterator:
         if self._first_batch is not None:
             batch, self._first_batch = self._first_batch, None
             return batch
+        if self._passes is not None:
+            return self._passes.next()
         outputs = self._get_outputs()
         batches = [self._convert(i, outs) for i, outs in enumerate(outputs)]
         self._schedule_runs()
@@ -305,12 +318,18 @@ class BaseIterator:
 
     def __iter__(self):
         # iter() on a fresh iterator must not start a second epoch's bookkeeping.
-        if self._counter != 0 and self._ever_consumed:
+        started = self._passes.steps if self._passes is not None else self._counter
+        if started != 0 and self._ever_consumed:
             self.reset()
         return self
 
     def reset(self) -> None:
         """Start the next epoch. Has no effect (but a warning) before the current epoch ended."""
+        if self._passes is not None:
+            if not self._passes.reset():
+                warnings.warn("iterator: reset() before the end of the epoch is ignored", stacklevel=2)
+            self._summarized = False
+            return
         if self._last_batch_policy == LastBatchPolicy.DROP:
             # The user may stop at len(iterator) batches while the dropped batch is still inside
             # the pipeline: take it out so that the next epoch starts at its first sample.
@@ -406,14 +425,8 @@ class BaseIterator:
             what += f" ({total} in all)"
         examples = "; ".join(f"{r['source'] or '?'} ({r['operator']}: {r['reason']})" for r in new[:3])
         more = f" and {total - 3} more" if total > 3 else ""
-        drift = ""
-        if self._reader_name and counts.get("skipped"):
-            # The epoch length comes from the reader's file count, and skipped files are replaced by
-            # the next files of the stream: the iterator's epoch runs on into the reader's next pass.
-            drift = (f"; with reader_name the epoch still holds {self._size} samples, so skipped files are "
-                     "made up from the next pass")
-        _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())%s",
-                     epoch, what, examples, more, drift)
+        _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())",
+                     epoch, what, examples, more)
 
     @property
     def size(self) -> int:
@@ -435,6 +448,8 @@ class BaseIterator:
             if hasattr(self, name):
                 v = getattr(self, name)
                 state[name] = v.tolist() if isinstance(v, np.ndarray) else int(v)
+        if self._passes is not None:
+            state["passes"] = self._passes.state()
         return state
 
     def _restore_state(self, state: dict) -> None:
@@ -442,9 +457,13 @@ class BaseIterator:
             if name in state and hasattr(self, name):
                 v = state[name]
                 setattr(self, name, np.asarray(v, dtype=np.int64) if isinstance(v, list) else int(v))
+        if self._passes is not None and "passes" in state:
+            self._passes.set_state(state["passes"])
 
     def _pipe_checkpoint(self, p) -> str:
-        data = json.loads(p.checkpoint())
+        # A batch the iterator fetched for the next epoch is not consumed: resume before it.
+        held = self._passes.pipe_checkpoint(self._pipes.index(p)) if self._passes is not None else None
+        data = json.loads(held or p.checkpoint())
         data["iterator"] = self._save_state()
         return json.dumps(data)
 
