@@ -173,7 +173,8 @@ class Operator:
             return self.args
         merged = dict(self.args)
         for k, v in arg_inputs.items():
-            merged[k] = _scalarize(v[i])
+            spec = self.schema.arg(k) if self.schema is not None else None
+            merged[k] = spec.sample_value(v[i]) if spec is not None else _scalarize(v[i])
         return merged
 
     def batch_rng(self, batch: BatchContext) -> np.random.Generator:

@@ -136,6 +136,36 @@ class Arg:
         except TypeError as e:
             raise arg_error(op_name, self.name, str(e)) from None
 
+    def sample_value(self, value):
+        """One sample's value of a per-sample (tensor) argument, checked against ``kind``.
+
+        Scalar kinds take exactly one number (any shape, as DALI: ``()`` or ``(1,)``) and give
+        a Python scalar; ``int``/``bool`` refuse fractions. Other kinds give the NumPy array
+        (a 0D one as a scalar). Raises ValueError naming the argument; the executor adds the
+        operator and the sample's source.
+        """
+        arr = np.asarray(value)
+        if self.kind in _NUMERIC_KINDS and arr.dtype.kind not in "biuf":
+            raise ValueError(f"argument '{self.name}' takes numbers per sample, got {arr.dtype} values")
+        if self.kind in ("int", "float", "bool"):
+            if arr.size != 1:
+                raise ValueError(f"argument '{self.name}' takes one value per sample, got {arr.size} "
+                                 f"(shape {arr.shape})")
+            x = arr.reshape(()).item()
+            if self.kind in ("int", "bool") and isinstance(x, float):
+                if not x.is_integer():
+                    raise ValueError(f"argument '{self.name}' takes whole numbers per sample, got {x}")
+                x = int(x)
+            if self.kind == "bool" and x not in (0, 1):
+                raise ValueError(f"argument '{self.name}' takes 0/1 or booleans per sample, got {x}")
+            return x
+        if self.kind == "int_list" and arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
+            raise ValueError(f"argument '{self.name}' takes whole numbers per sample, got {arr.tolist()}")
+        return arr.item() if arr.ndim == 0 else arr
+
+
+_NUMERIC_KINDS = ("int", "float", "bool", "int_list", "float_list")
+
 
 # Arguments every operator takes (DALI's common ones).
 COMMON_ARGS = (
