@@ -287,6 +287,10 @@ class BaseIterator:
     def _prepare(self) -> None:
         """Called at the end of a subclass's __init__: buffers the first batch if asked to."""
         self._first_batch = None
+        if self._passes is not None and any(_restored_iterator_data(p) is not None for p in self._pipes):
+            # Restored: the next batch may end the epoch (it is read again), and that StopIteration
+            # belongs to the caller's next(), not to this buffering.
+            return
         if self._prepare_first_batch:
             try:
                 self._first_batch = BaseIterator.__next__(self)

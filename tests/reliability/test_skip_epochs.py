@@ -42,10 +42,11 @@ def _reader(files, shard, shards, pad, shuffle):
                            pad_last_batch=pad, random_shuffle=shuffle)
 
 
-def _pipes(files, shards, pad, shuffle):
+def _pipes(files, shards, pad, shuffle, checkpointing=False):
     pipes = []
     for s in range(shards):
-        @pipeline_def(batch_size=B, num_threads=2, device_id=None, seed=7, on_error="skip")
+        @pipeline_def(batch_size=B, num_threads=2, device_id=None, seed=7, on_error="skip",
+                      enable_checkpointing=checkpointing)
         def p(s=s):
             jpegs, labels = _reader(files, s, shards, pad, shuffle)
             return fn.decoders.image(jpegs), labels
@@ -194,3 +195,42 @@ def test_two_shards_without_padding_lose_nothing_under_fill(files, policy):
             if policy == "PARTIAL":
                 assert set(mine) <= set(g[s][e])  # nothing of another pass
                 assert len(mine) == len(set(mine))
+
+
+def _items(it, count=None, epochs=EPOCHS):
+    """The iterator's output as a flat list: each step's labels, and "END" where an epoch ends."""
+    out, ends = [], 0
+    while ends < epochs and (count is None or len(out) < count):
+        try:
+            out.append([b["label"].reshape(-1).tolist() for b in next(it)])
+        except StopIteration:
+            out.append("END")
+            ends += 1
+    return out
+
+
+@pytest.mark.parametrize("shards,pad,policy", [(2, False, "FILL"), (1, True, "PARTIAL"), (2, True, "DROP"),
+                                               (2, True, "FILL")])
+def test_state_dict_resumes_exactly_under_skip(files, shards, pad, policy):
+    def iterator():
+        return DALIGenericIterator(_pipes(files, shards, pad, True, checkpointing=True), ["data", "label"],
+                                   reader_name="Reader", last_batch_policy=LastBatchPolicy[policy], auto_reset=True)
+
+    ref_it = iterator()
+    reference = _items(ref_it)
+    for p in ref_it._pipes:
+        p.close()
+    assert reference.count("END") == EPOCHS
+    for stop in sorted({1, 2, reference.index("END"), reference.index("END") + 1, len(reference) - 2}):
+        first = iterator()
+        head = _items(first, stop)
+        assert head == reference[:stop]
+        state = first.state_dict()
+        for p in first._pipes:
+            p.close()
+        resumed = iterator()
+        resumed.load_state_dict(state)
+        rest = _items(resumed, epochs=EPOCHS - head.count("END"))
+        for p in resumed._pipes:
+            p.close()
+        assert rest == reference[stop:], stop
