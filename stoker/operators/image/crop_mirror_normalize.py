@@ -3,6 +3,7 @@ layout change (HWC -> CHW by default), type conversion and channel padding, in o
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from stoker import types
@@ -100,12 +101,23 @@ class CropMirrorNormalize(LayoutAware):
             return None
         mul = np.broadcast_to(np.float32(self.args["scale"]) / std, (nch,))
         add = np.broadcast_to(np.float32(self.args["shift"]) - mean * mul, (nch,))
-        if int(args.get("mirror") or 0):
-            img = img[:, ::-1]
+        mirror = bool(int(args.get("mirror") or 0))
         out = np.empty((nch, img.shape[0], img.shape[1]), np.float32)
-        for c in range(nch):
-            np.multiply(img[:, :, c], mul[c], out=out[c], dtype=np.float32)
-            out[c] += add[c]
+        if img.size and nch <= 4 and img.strides[1] == nch and img.strides[2] == 1:
+            # OpenCV: split into contiguous planes (flipped first when mirroring), then one
+            # SIMD multiply-add per plane written straight into the output (~2x NumPy's strided loop)
+            planes = cv2.split(cv2.flip(img, 1) if mirror else img)
+            for c in range(nch):
+                dst = out[c]
+                res = cv2.addWeighted(planes[c], float(mul[c]), planes[c], 0.0, float(add[c]), dst=dst,
+                                      dtype=cv2.CV_32F)
+                if res.ctypes.data != dst.ctypes.data:  # OpenCV chose to allocate: keep the values
+                    dst[...] = res.reshape(dst.shape)
+        else:
+            src = img[:, ::-1] if mirror else img
+            for c in range(nch):
+                np.multiply(src[:, :, c], mul[c], out=out[c], dtype=np.float32)
+                out[c] += add[c]
         return out if self.dtype == np.float32 else out.astype(self.dtype)
 
     def _per_channel(self, value, nch, name, ndim, ch):

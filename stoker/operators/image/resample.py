@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from stoker.operators.image import resample_torch
 from stoker.types import DALIInterpType
 
 _A = -0.5  # Keys cubic parameter (Catmull-Rom)
@@ -83,6 +84,12 @@ def axis_taps(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpTyp
     """Source indices (clamped to the image) and normalized weights, both (n_out, k):
     output pixel j of this axis is ``sum(w[j] * src[idx[j]])``. A GPU kernel can
     take these tables as they are."""
+    return axis_taps_first(n_in, n_out, lo, hi, interp, antialias)[1:]
+
+
+def axis_taps_first(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpType,
+                    antialias: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`axis_taps` plus, first, each output's unclamped first tap index (n_out,)."""
     scale = (hi - lo) / n_out
     func, support, fs = axis_filter(interp, scale, antialias)
     centres = lo + (np.arange(n_out) + 0.5) * scale
@@ -93,7 +100,7 @@ def axis_taps(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpTyp
     w = func((taps + 0.5 - centres[:, None]) / fs)
     total = w.sum(1, keepdims=True)
     total[total == 0] = 1.0
-    return np.clip(taps, 0, n_in - 1), (w / total)
+    return first, np.clip(taps, 0, n_in - 1), (w / total)
 
 
 def weight_matrix(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInterpType,
@@ -146,6 +153,9 @@ def resample(img: np.ndarray, spatial_axes: Sequence[int], out_size: Sequence[in
         outs = [resample(f, [0, 1], out_size, lo, hi, min_filter=min_filter, mag_filter=mag_filter,
                          antialias=antialias, dtype=dtype) for f in flat]
         return np.stack(outs).reshape(*lead, *outs[0].shape)
+    fast = _torch_path(img, axes, out_size, lo, hi, interps, antialias, dtype)
+    if fast is not None:
+        return fast
     fast = _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype)
     if fast is not None:
         return fast
@@ -177,6 +187,33 @@ def _matrix_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
     return np.ascontiguousarray(to_dtype(out, dtype))
 
 
+_LINEAR = (DALIInterpType.INTERP_LINEAR, DALIInterpType.INTERP_TRIANGULAR)
+
+
+def _torch_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
+    """Whole 8-bit images with the linear filter through torch's SIMD kernel (see
+    :mod:`stoker.operators.image.resample_torch`); None when it does not apply."""
+    if (axes != [0, 1] or img.ndim not in (2, 3) or img.dtype != np.uint8 or dtype != np.uint8
+            or interps[0] not in _LINEAR or interps[1] not in _LINEAR):
+        return None
+    if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
+        return None
+    shape = [float(img.shape[0]), float(img.shape[1])]
+    if lo != [0.0, 0.0] or hi != shape:
+        return None  # a region: taps outside it read the image, which torch cannot do
+    shrinks = [shape[d] > out_size[d] for d in range(2)]
+    if not any(shrinks) or (not antialias and any(shrinks)):
+        return None  # plain upscales: OpenCV (below) is as exact and faster
+    if not resample_torch.available():
+        return None
+    return resample_torch.resize_linear_u8(img, out_size, _linear_taps)
+
+
+def _linear_taps(n_in: int, n_out: int):
+    """Taps of the antialiased linear filter over a whole axis (the torch path's edge fix-up)."""
+    return axis_taps_first(n_in, n_out, 0.0, float(n_in), DALIInterpType.INTERP_LINEAR, True)
+
+
 def _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
     """2D images through Pillow's resampler; None when it does not apply.
 
@@ -201,6 +238,8 @@ def _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
         # plain upscale: OpenCV's bilinear is the same filter with the same border rule
         out = cv2.resize(np.ascontiguousarray(src), (out_size[1], out_size[0]), interpolation=cv2.INTER_LINEAR)
         return out.reshape(out_size[0], out_size[1], *img.shape[2:])
+    if eight_bit:
+        src, lo, hi, scales = _torch_whole_axis(src, lo, hi, scales, out_size)
     part, box = _window(src, lo, hi, scales, FILTERS[interp][1])
     size = (out_size[1], out_size[0])
     method = FILTERS[interp][2]
@@ -221,6 +260,24 @@ def _pillow_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
     return out if out.dtype == dtype else np.ascontiguousarray(to_dtype(out, dtype))
 
 
+def _torch_whole_axis(src, lo, hi, scales, out_size):
+    """When one axis shrinks over its whole extent and the other has a fractional region (e.g.
+    ``resize_shorter``, whose longer axis keeps the exact scale through a sub-pixel region),
+    resample the whole axis with torch's kernel first; Pillow then runs only the other axis' pass,
+    on fewer pixels. Returns the (possibly) updated source, region and scales."""
+    whole = [lo[d] == 0.0 and hi[d] == float(src.shape[d]) for d in range(2)]
+    shrink = [out_size[d] < src.shape[d] for d in range(2)]
+    for d in range(2):
+        if whole[d] and shrink[d] and not whole[1 - d] and resample_torch.available():
+            size = [src.shape[0], src.shape[1]]
+            size[d] = out_size[d]
+            src = resample_torch.resize_linear_u8(src, size, _linear_taps)
+            lo, hi, scales = list(lo), list(hi), list(scales)
+            lo[d], hi[d], scales[d] = 0.0, float(out_size[d]), 1.0
+            break
+    return src, lo, hi, scales
+
+
 def _unflip(img, lo, hi):
     """A flipped region (lo > hi) becomes a flipped source with an ordinary region."""
     src = img
@@ -238,6 +295,12 @@ def _window(src, lo, hi, scales, support):
     region's box in the cut's coordinates."""
     cuts, pads, origin = [], [], []
     for d in range(2):
+        if lo[d] == 0.0 and hi[d] == float(src.shape[d]) and scales[d] == 1.0:
+            # an axis left as it is: no margin, so that Pillow skips its pass altogether
+            cuts.append(slice(0, src.shape[d]))
+            pads.append((0, 0))
+            origin.append(0)
+            continue
         reach = support * max(1.0, abs(scales[d])) + 2
         first = int(math.floor(min(lo[d], hi[d]) - reach))
         last = int(math.ceil(max(lo[d], hi[d]) + reach))
