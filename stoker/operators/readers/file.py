@@ -11,13 +11,16 @@ DALI's ``initial_fill`` buffer, so that a checkpoint is O(1).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from stoker.errors import PipelineBuildError
 from stoker.operators.base import Reader
+from stoker.operators.readers._io_worker import ReadWorker
 from stoker.operators.readers._listing import (
     DEFAULT_FILE_FILTERS,
     ListingError,
@@ -26,6 +29,19 @@ from stoker.operators.readers._listing import (
 )
 from stoker.operators.readers._order import ShardedOrder
 from stoker.operators.schema import Arg, Schema, register
+from stoker.tensors import TensorListCPU
+
+_log = logging.getLogger("stoker")
+
+
+def _wants_io_process(num_threads: int) -> bool:
+    """Whether files are read by the I/O helper process: ``STOKER_READER_PROCESS`` = 1 / 0, or
+    "auto" (default): with 4 or more pipeline threads on Linux, where the GIL traffic of
+    reading in the pipeline's own process costs the most (measured on an H100, see _io_worker)."""
+    mode = os.environ.get("STOKER_READER_PROCESS", "auto").lower()
+    if not hasattr(os, "memfd_create") or mode in ("0", "false", "no"):
+        return False
+    return mode in ("1", "true", "yes") or num_threads >= 4
 
 # Arguments every sharded reader takes (DALI's reader arguments).
 READER_ARGS = (
@@ -98,6 +114,10 @@ class FileReader(Reader):
         self._order: ShardedOrder | None = None
         self._pending_state: dict | None = None
         self._list_lock = threading.Lock()  # lazy_init: reader_meta() and the executor may list at once
+        self._use_worker = False  # read through the I/O helper process (see _io_worker)
+        self._worker = None
+        self._worker_thread = None  # waits on the helper for the next batch's files
+        self._pending_read = None  # (paths, future) of the batch read ahead
 
     def _arg_error(self, arg: str, message: str) -> PipelineBuildError:
         label = "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
@@ -106,6 +126,7 @@ class FileReader(Reader):
 
     def bind_pipeline(self, pipe) -> None:
         self._batch_size = max(1, pipe.batch_size)
+        self._use_worker = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
 
     # --- listing ------------------------------------------------------------
     def prepare(self) -> None:
@@ -174,6 +195,77 @@ class FileReader(Reader):
 
     def source_of(self, ref) -> str:
         return self.paths[ref]
+
+    # --- reading through the I/O helper process -------------------------------------------------
+    def _io(self):
+        if self._worker is None and self._use_worker:
+            try:
+                self._worker = ReadWorker()
+                self._worker_thread = ThreadPoolExecutor(1, thread_name_prefix="stoker-read")
+            except OSError as e:
+                _log.warning("readers.file: no I/O helper process (%s); reading in this process", e)
+                self._use_worker = False
+        return self._worker
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        """Read the batch's files: through the I/O helper process when it is on (see
+        :mod:`._io_worker`), reading the next batch ahead; else on the thread pool."""
+        worker = self._io()
+        if worker is None:
+            return super().run_cpu(batch, inputs, arg_inputs)
+        refs = batch.prepared
+        paths = [self.full_paths[r] for r in refs]
+        sources = [self.paths[r] for r in refs]
+        batch.sources = sources
+        pending, self._pending_read = self._pending_read, None
+        try:
+            if pending is not None and pending[0] == paths:
+                samples, errors = pending[1].result()
+            else:
+                samples, errors = worker.read(paths)
+        except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
+            _log.warning("readers.file: the I/O helper process failed (%s); reading in this process", e)
+            self.close()
+            self._use_worker = False
+            return super().run_cpu(batch, inputs, arg_inputs)
+        self._read_ahead(len(refs))
+        labels = self.labels[np.asarray(refs, dtype=np.int64)].reshape(-1, 1)
+
+        def one(i):
+            if samples[i] is None:
+                raise OSError(f"cannot read file {paths[i]!r}: {errors.get(i)}")
+            return samples[i], labels[i]
+
+        pool, batch.pool = batch.pool, None  # nothing left to parallelize
+        try:
+            results = self.map_samples(batch, len(refs), one)
+        finally:
+            batch.pool = pool
+        kept = [i for i in range(len(refs)) if results[i] is not None]
+        if len(kept) == len(refs):
+            return [TensorListCPU([r[0] for r in results], "", sources), TensorListCPU(labels, "", sources)]
+        return [TensorListCPU([results[i][k] for i in kept], "", [sources[i] for i in kept]) for k in range(2)]
+
+    def _read_ahead(self, count: int) -> None:
+        """Ask the helper for the next ``count`` files now (the stream is peeked, not advanced)."""
+        order = self._order
+        saved = order.epoch, order.position
+        try:
+            refs = [i for i, _ in order.take(count)]
+        finally:
+            order.epoch, order.position = saved
+        paths = [self.full_paths[r] for r in refs]
+        self._pending_read = (paths, self._worker_thread.submit(self._worker.read, paths))
+
+    def close(self) -> None:
+        """Stop the I/O helper process (``Pipeline.close``)."""
+        worker, self._worker = self._worker, None
+        thread, self._worker_thread = self._worker_thread, None
+        self._pending_read = None
+        if thread is not None:
+            thread.shutdown(wait=True)
+        if worker is not None:
+            worker.close()
 
     def output_layouts(self, input_layouts):
         return ["", ""]

@@ -1,0 +1,209 @@
+"""File reading in a helper process, so that a batch's I/O costs the pipeline's process no GIL.
+
+Why: in a GPU pipeline every ``open``/``read`` of a sample releases and retakes
+the GIL, and each retake waits behind the pipeline's other Python threads. On
+an H100 reading a batch of 256 files inside the process took 12-29 ms of the
+CPU stage, more than everything else in it. Here one request per batch goes to
+a small process (plain Python, only the standard library); it reads the files
+into one anonymous shared memory file and hands back its descriptor, which the
+pipeline maps once: samples are NumPy views of that mapping, with no copy.
+
+This file is run as a script (``python _io_worker.py FD``), not imported as part
+of stoker in the helper process, so the helper starts in milliseconds and never
+touches CUDA. :class:`ReadWorker` is the pipeline-side handle.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+
+_HEADER = struct.Struct("<Q")
+
+
+def _send_msg(sock: socket.socket, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the reader's I/O process closed the connection")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _recv_msg(sock: socket.socket):
+    (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    return pickle.loads(_recv_exact(sock, n))
+
+
+# --- the helper process ------------------------------------------------------------------------
+
+class _Slots:
+    """Reusable shared memory files of the helper: allocating and faulting in fresh pages for
+    every batch cost more than the reads (68 against 18 us per 50 KB file, measured)."""
+
+    def __init__(self):
+        self.slots: dict[int, list] = {}  # id -> [fd, capacity, mmap, free]
+        self.next_id = 0
+
+    def take(self, total: int):
+        """(slot id, fd to send or -1, capacity, mmap) of a free slot holding ``total`` bytes."""
+        free = [k for k, v in self.slots.items() if v[3]]
+        fitting = [k for k in free if self.slots[k][1] >= total]
+        if fitting:
+            k = min(fitting, key=lambda j: self.slots[j][1])
+            self.slots[k][3] = False
+            return k, -1, self.slots[k][1], self.slots[k][2]
+        if free:  # grow a free slot rather than keep one more
+            k = free[0]
+            old_fd, _, old_mm, _ = self.slots.pop(k)
+            old_mm.close()
+            os.close(old_fd)
+        k = self.next_id
+        self.next_id += 1
+        capacity = max(total + total // 2, 1 << 20)
+        fd = os.memfd_create(f"stoker-batch-{k}", os.MFD_CLOEXEC)
+        os.ftruncate(fd, capacity)
+        # MAP_POPULATE: the pages are faulted in by one call instead of one fault per 4 KiB.
+        mm = mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        self.slots[k] = [fd, capacity, mm, False]
+        return k, fd, capacity, mm
+
+    def release(self, ids) -> None:
+        for k in ids:
+            if k in self.slots:
+                self.slots[k][3] = True
+
+
+def _read_batch(paths: list[str], slots: _Slots):
+    """Read ``paths`` into one slot. Returns (slot id, fd to send or -1, capacity, offsets, sizes,
+    errors by position)."""
+    sizes, errors = [], {}
+    for i, p in enumerate(paths):
+        try:
+            st = os.stat(p)
+            if not stat.S_ISREG(st.st_mode):
+                raise IsADirectoryError(21, "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+            sizes.append(st.st_size)
+        except OSError as e:
+            errors[i] = e.strerror or str(e)
+            sizes.append(0)
+    offsets, off = [], 0
+    for s in sizes:
+        offsets.append(off)
+        off += s
+    k, fd, capacity, mm = slots.take(off)
+    view = memoryview(mm)
+    try:
+        for i, p in enumerate(paths):
+            if i in errors or sizes[i] == 0:
+                continue
+            try:
+                with open(p, "rb", buffering=0) as f:
+                    sizes[i] = f.readinto(view[offsets[i]:offsets[i] + sizes[i]])  # a shrunk file keeps what was read
+            except OSError as e:
+                errors[i] = e.strerror or str(e)
+    finally:
+        view.release()
+    return k, fd, capacity, offsets, sizes, errors
+
+
+def _serve(sock: socket.socket) -> None:
+    slots = _Slots()
+    while True:
+        try:
+            paths, freed = _recv_msg(sock)
+        except EOFError:
+            return
+        slots.release(freed)
+        k, fd, capacity, offsets, sizes, errors = _read_batch(paths, slots)
+        if fd >= 0:
+            socket.send_fds(sock, [b"F"], [fd])
+        else:
+            sock.sendall(b"N")
+        _send_msg(sock, (k, capacity, offsets, sizes, errors))
+
+
+# --- the pipeline side -------------------------------------------------------------------------
+
+class ReadWorker:
+    """Handle of one I/O helper process; :meth:`read` returns a batch's file contents."""
+
+    def __init__(self):
+        import numpy as np
+
+        self._np = np
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True)
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.maps: dict[int, mmap.mmap] = {}  # slot id -> this process's mapping of it
+        self.freed: list[int] = []  # slots whose batch of samples has been garbage collected
+        self.freed_lock = threading.Lock()
+
+    def _free(self, k: int) -> None:
+        with self.freed_lock:
+            self.freed.append(k)
+
+    def read(self, paths: list[str]):
+        """(samples, errors): 1D uint8 arrays (read-only views of a shared mapping; None where
+        reading failed) and {position: reason}. The mapping is reused for a later batch once
+        every sample of this one is gone."""
+        import weakref
+
+        np = self._np
+        with self.lock:
+            with self.freed_lock:
+                freed, self.freed = self.freed, []
+            _send_msg(self.sock, (list(paths), freed))
+            msg, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+            if not msg:
+                raise EOFError("the reader's I/O process exited")
+            k, capacity, offsets, sizes, errors = _recv_msg(self.sock)
+            if fds:
+                try:
+                    old = self.maps.pop(k, None)
+                    if old is not None:
+                        old.close()
+                    self.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            base = np.frombuffer(self.maps[k], np.uint8)
+        weakref.finalize(base, self._free, k)
+        samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
+        return samples, errors
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])))
