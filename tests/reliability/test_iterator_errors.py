@@ -113,3 +113,46 @@ def test_reports_are_capped_but_counted(root, caplog, monkeypatch):
     pipe.close()
     assert len(summaries) == 3
     assert all("in all)" in m for m in summaries)  # every epoch met 2 bad files, 1 entry is kept
+
+
+def test_error_report_survives_close(root):
+    """Reports are read after the run: closing the pipelines (or dropping the iterator) keeps them."""
+    it = _iterator(root, num=2)
+    for _ in it:
+        pass
+    before = it.error_report()
+    assert before and it.error_count() >= len(BAD)
+    for p in it._pipes:
+        p.close()
+        p.close()  # twice is harmless
+    # the pipelines ran ahead until closed, so the report may only have grown
+    after, count = it.error_report(), it.error_count()
+    assert all(r in after for r in before) and count == len(after) >= len(before)
+    assert it.error_report() == after  # and it stays as recorded
+    pipes = it._pipes
+    del it  # iterator teardown: the pipelines still answer
+    assert [{**r, "pipeline": i} for i, p in enumerate(pipes) for r in p.error_report()] == after
+    assert sum(p.error_count() for p in pipes) == count
+
+
+def test_summary_once_per_epoch_without_auto_reset(root, caplog):
+    from stoker.plugin.pytorch import DALIGenericIterator
+
+    @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=0, on_error="skip")
+    def p(shard):
+        jpegs, labels = fn.readers.file(file_root=root, name="Reader", shard_id=shard, num_shards=2)
+        return fn.decoders.image(jpegs), labels
+
+    it = DALIGenericIterator([p(0), p(1)], ["data", "label"], reader_name="Reader")
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        for epoch in range(2):
+            steps = list(it)
+            assert steps and all(len(s) == 2 for s in steps)
+            for _ in range(2):  # asking again after the end logs nothing more
+                with pytest.raises(StopIteration):
+                    next(it)
+            assert len(_summaries(caplog)) == epoch + 1  # one summary for both pipelines
+            it.reset()
+    assert "epoch 1" in _summaries(caplog)[-1].getMessage()
+    for pipe in it._pipes:
+        pipe.close()
