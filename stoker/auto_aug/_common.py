@@ -36,11 +36,16 @@ def translations(use_shape: bool, default_abs: float, default_rel: float, max_tr
             a.translate_y_no_shape.augmentation(mag_range=(0, h), randomly_negate=True)]
 
 
-def aug_kwargs(shape, fill_value, interp_type) -> dict:
+def aug_kwargs(augs, shape, fill_value, interp_type) -> dict:
+    """The keyword arguments the high-level schemes pass on: those some augmentation of the suite
+    takes (DALI rejects fill_value/interp_type when ``excluded`` removed every warp; stoker drops them)."""
     kwargs = {"fill_value": fill_value, "interp_type": interp_type}
     if shape is not None:
         kwargs["shape"] = shape
-    return kwargs
+    accepted = set()
+    for aug in augs:
+        accepted.update(list(inspect.signature(aug.op).parameters)[2:])
+    return {k: v for k, v in kwargs.items() if k in accepted or k == "shape"}
 
 
 def forbid_unused(augs, kwargs: dict, call: str) -> None:

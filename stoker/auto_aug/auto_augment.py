@@ -45,7 +45,8 @@ def auto_augment(data, policy_name: str = "image_net", shape=None, fill_value: i
     else:
         policy = policies[policy_name](use_shape=shape is not None, max_translate_abs=max_translate_abs,
                                        max_translate_rel=max_translate_rel)
-    return apply_auto_augment(policy, data, seed, **aug_kwargs(shape, fill_value, interp_type))
+    augs = policy.augmentations.values()
+    return apply_auto_augment(policy, data, seed, **aug_kwargs(augs, shape, fill_value, interp_type))
 
 
 def auto_augment_image_net(data, shape=None, fill_value: int | None = 128, interp_type=None,

@@ -36,7 +36,7 @@ def rand_augment(data, n: int, m: int, num_magnitude_bins: int = 31, shape=None,
         if not augs:
             raise ValueError("rand_augment: every augmentation is excluded")
     return apply_rand_augment(augs, data, n, m, num_magnitude_bins, seed,
-                              **aug_kwargs(shape, fill_value, interp_type))
+                              **aug_kwargs(augs, shape, fill_value, interp_type))
 
 
 def apply_rand_augment(augmentations: list[Augmentation], data, n: int, m: int, num_magnitude_bins: int = 31,

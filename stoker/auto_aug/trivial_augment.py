@@ -9,8 +9,7 @@ from stoker.auto_aug import augmentations as a
 from stoker.auto_aug._common import aug_kwargs, forbid_unused, seeds, translations
 from stoker.auto_aug.core import Augmentation, select, signed_bin
 
-_DEFAULT_ABS = 32  # pixels; relative: the same share of a 224-pixel image
-_DEFAULT_REL = 32 / 224
+_DEFAULT_ABS, _DEFAULT_REL = 32, 1.0  # translation limits: pixels, or a fraction of the size with shape
 
 
 def trivial_augment_wide(data, num_magnitude_bins: int = 31, shape=None, fill_value: int | None = 128,
@@ -18,7 +17,7 @@ def trivial_augment_wide(data, num_magnitude_bins: int = 31, shape=None, fill_va
                          seed: int | None = None, excluded: list[str] | None = None):
     """Apply one random augmentation of the wide suite at a random magnitude to uint8 ``HWC`` images
     (``FHWC`` videos). Arguments as :func:`stoker.auto_aug.rand_augment.rand_augment` (translation
-    defaults: 32 pixels, or 32/224 of the size with ``shape``)."""
+    defaults: 32 pixels, or the whole size with ``shape``)."""
     augs = get_trivial_augment_wide_suite(shape is not None, max_translate_abs, max_translate_rel)
     if excluded:
         names = {aug.name for aug in augs}
@@ -28,7 +27,8 @@ def trivial_augment_wide(data, num_magnitude_bins: int = 31, shape=None, fill_va
         augs = [aug for aug in augs if aug.name not in excluded]
         if not augs:
             raise ValueError("trivial_augment_wide: every augmentation is excluded")
-    return apply_trivial_augment(augs, data, num_magnitude_bins, seed, **aug_kwargs(shape, fill_value, interp_type))
+    return apply_trivial_augment(augs, data, num_magnitude_bins, seed,
+                                 **aug_kwargs(augs, shape, fill_value, interp_type))
 
 
 def apply_trivial_augment(augmentations: list[Augmentation], data, num_magnitude_bins: int = 31,
