@@ -140,9 +140,15 @@ class _Rewriter(ast.NodeTransformer):
             stmt = ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], call)
         else:
             stmt = ast.Expr(call)
+        keep = {id(n) for n in ast.walk(node.test)}
+        for body in (node.body, node.orelse):
+            keep.update(id(n) for stmt_ in body for n in ast.walk(stmt_))
         out = [*fns, stmt]
-        for n in out:
-            ast.copy_location(n, node)
+        for root in out:  # generated code sits on the `if` line (operator origins, tracebacks)
+            for n in ast.walk(root):
+                if id(n) not in keep and "lineno" in n._attributes:
+                    n.lineno = n.end_lineno = node.lineno
+                    n.col_offset, n.end_col_offset = node.col_offset, node.col_offset + 2
         return out
 
     def visit_BoolOp(self, node: ast.BoolOp):

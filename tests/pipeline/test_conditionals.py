@@ -248,6 +248,10 @@ def test_closure_defaults_and_origin_are_kept():
     # operator origins point at the user's file and line, not at generated code
     origins = [n.origin for n in p._graph.nodes if n.op_name == "_arithmetic"]
     assert origins and all(o.startswith(__file__) for o in origins)
+    # the merge is attributed to the `if` line, above both branches
+    line = {n.op_name: int(n.origin.split(":")[1].split()[0]) for n in p._graph.nodes}
+    branch_lines = [int(o.split(":")[1].split()[0]) for o in origins]
+    assert line["_conditional.merge"] == min(branch_lines) - 1
 
 
 def test_random_ops_in_branch_deterministic_and_keyed_by_sample():
@@ -418,3 +422,30 @@ def test_value_from_inside_a_branch_cannot_leak():
 
     with pytest.raises(PipelineBuildError, match="produced inside a branch"):
         _run(pipe())
+
+
+def test_and_or_short_circuit_per_sample():
+    seen = []
+
+    @stoker.pipeline_def(batch_size=BS, num_threads=1, device_id=None, enable_conditionals=True)
+    def pipe():
+        c1 = stoker.fn.external_source(source=_feed(PREDS, np.bool_), batch=True)
+        d = stoker.fn.external_source(source=_data, batch=True)
+
+        def rhs():
+            node = d[0, 0] > 50
+            seen.append(node)
+            return node
+        both = c1 and rhs()
+        same = True and c1  # a Python left operand keeps Python's semantics: the DataNode itself
+        either = False or not c1
+        return both, same, either
+
+    p = pipe()
+    both, same, either = _run(p)
+    first = np.array([x[0, 0] for x in _data()])
+    np.testing.assert_array_equal(np.stack(both), np.array(PREDS) & (first > 50))
+    np.testing.assert_array_equal(np.stack(same), np.array(PREDS))
+    np.testing.assert_array_equal(np.stack(either), ~np.array(PREDS))
+    # the right operand was traced inside the branch where c1 holds: it runs on those samples only
+    assert seen[0].source.scope is not None and seen[0].source.scope.branch is True
