@@ -334,8 +334,10 @@ class Pipeline:
         """Samples skipped or substituted so far (on_error="skip"/"substitute").
 
         Each entry: ``source`` (file path or record), ``operator``, ``reason``,
-        ``iteration`` and ``action``. Only the latest 10,000 are kept; :meth:`error_count`
-        counts them all.
+        ``iteration``, ``action`` and ``epoch`` (the reader pass the sample was read in; None
+        without a reader). Only the latest 10,000 are kept; :meth:`error_count` counts them all.
+        The report outlives :meth:`close`. Under "substitute", ``fn.valid_mask()`` marks the
+        replaced samples in the batch.
         """
         if self._executor is None:
             return list(self._closed_errors[0]) if self._closed_errors else []

@@ -138,14 +138,11 @@ class Tracker:
         self.graph = graph
         policies = {on_error} | {n.args.get("on_error") for n in graph.nodes if n.args.get("on_error")}
         self.active = bool(policies - {"raise"})
-        self.readers: dict[str, ReaderPasses] = {}
-        if self.active:
-            for node in graph.source_nodes:
-                inst = graph.instances[node.id]
-                rp = ReaderPasses.of(inst, batch_size) if isinstance(inst, Reader) else None
-                if rp is not None:
-                    self.readers[node.instance_name] = rp
-        self.padded = [rp for rp in self.readers.values() if rp.padded]
+        self._batch_size = batch_size
+        self._reader_nodes = [n for n in graph.source_nodes if self.active
+                              and isinstance(graph.instances[n.id], Reader)]
+        self._readers: dict[str, ReaderPasses] | None = None
+        self.padded: list[ReaderPasses] = []
         self.can_skip = False  # the sources may be advanced without using their samples (all readers)
         self.mask_nodes = [n for n in graph.nodes if getattr(graph.instances[n.id], "valid_mask", False)]
         mask_ids = {n.id for n in self.mask_nodes}
@@ -156,6 +153,17 @@ class Tracker:
                         f"valid_mask() at {x.source.origin} feeds {node.describe()}: the mask is known only "
                         "once the batch is complete, so use it as a pipeline output (or after .gpu())")
 
+    @property
+    def readers(self) -> dict[str, ReaderPasses]:
+        """The readers that walk passes, by name (made on first use: a lazy_init reader lists its
+        files then)."""
+        if self._readers is None:
+            found = {n.instance_name: ReaderPasses.of(self.graph.instances[n.id], self._batch_size)
+                     for n in self._reader_nodes}
+            self._readers = {name: rp for name, rp in found.items() if rp is not None}
+            self.padded = [rp for rp in self._readers.values() if rp.padded]
+        return self._readers
+
     def room(self) -> int:
         """Samples an advance may take without crossing a padded reader's pass."""
         return min(rp.room() for rp in self.padded)
@@ -165,7 +173,7 @@ class Tracker:
         ordinals and marks; returns k. ``has_samples``: the batch already holds good samples."""
         tr = it.track
         take = count
-        if self.padded:
+        if self.readers and self.padded:
             # A padded reader's pass ends on a batch boundary: take no sample of the next pass
             # into this batch (it is padded instead), unless it has no sample to pad with.
             left = self.padded[0].padding_left()

@@ -19,6 +19,11 @@ number of batches, and follow the shards as readers rotate them each epoch
 (unless ``stick_to_shard``). The arithmetic follows DALI's iterators exactly,
 so a training script sees the same batches after porting.
 
+With ``on_error="skip"`` a pass delivers fewer samples than the reader lists,
+so with ``reader_name`` the epochs follow the reader's passes instead of a
+count: every good sample once per epoch, the last-batch policy applied to the
+good samples (:mod:`stoker.plugin._pass_tracking`).
+
 Framework plugins subclass :class:`BaseIterator` and implement
 :meth:`BaseIterator._convert` (one pipeline's outputs -> a dict of framework
 tensors).
