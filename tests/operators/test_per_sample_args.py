@@ -183,11 +183,24 @@ def test_every_tensor_argument_family_is_covered():
     ("crop", "crop_pos_x", f(0.1, 0.2), "takes one value per sample"),
     ("flip", "horizontal", f(0.5), "takes whole numbers"),
     ("gaussian_blur", "window_size", f(3.5), "takes whole numbers"),
+    ("rotate", "angle", f(float("nan")), "must be a finite"),
+    ("rotate", "size", f(-3, 4), "must hold non-negative"),
+    ("crop", "crop_pos_y", f(1.5), r"must be in \[0, 1\]"),
+    ("random.uniform", "range", f(3, 1), "must be"),
+    ("random.uniform", "shape", i(-2), "must not hold negative"),
+    ("random.coin_flip", "probability", f(1.5), r"must be in \[0, 1\]"),
+    ("gaussian_blur", "sigma", f(-1), "must not be negative"),
+    ("paste", "ratio", f(0.5), "must be at least 1"),
+    ("grid_mask", "tile", i(0), "must be positive"),
+    ("warp_affine", "matrix", f(1, 2, 3), "needs 6 values"),
 ])
 def test_wrong_per_sample_value_names_operator_and_argument(name, arg, value, match):
-    kwargs = {"crop": (4, 4)} if name == "crop" else {}
+    kwargs = {"crop": {"crop": (4, 4)}, "paste": {"fill_value": [0.0]}}.get(name, {})
+    if arg == "size":
+        kwargs = {"angle": 10.0}
+    data = None if name.startswith("random.") else IMG
     with pytest.raises(StokerError, match=rf"{name}.*argument '{arg}' {match}"):
-        _run(name, IMG, "HWC", kwargs, arg, [value, value])
+        _run(name, data, "HWC", kwargs, arg, [value, value])
 
 
 @pytest.mark.oracle

@@ -151,6 +151,8 @@ class Crop(LayoutAware):
         ext, pos = requested_window(args, len(axes))
         out = img
         if ext is not None:
+            # As DALI: an extent below one pixel (0, negative) keeps that axis whole.
+            ext = [e if int(e) >= 1 else img.shape[a] for e, a in zip(ext, axes)]
             anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
             out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
                              self.args["fill_values"], "crop")

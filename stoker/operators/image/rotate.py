@@ -55,9 +55,13 @@ class Rotate(LayoutAware):
         if angle is None:
             raise self.error("argument 'angle' is required")
         angle = float(angle)
+        if not np.isfinite(angle):
+            raise self.error(f"argument 'angle' must be a finite number of degrees, got {angle}")
         h, w = img.shape[:2]
         if args.get("size") is not None:
             size = [int(round(float(v))) for v in np.asarray(args["size"]).reshape(-1)]
+            if not size or min(size) < 0:
+                raise self.error(f"argument 'size' must hold non-negative extents (H, W), got {size}")
             out_hw = (size[0], size[-1])
         elif self.args["keep_size"]:
             out_hw = (h, w)

@@ -32,7 +32,10 @@ def _shape(inputs, args) -> tuple[int, ...]:
     s = args.get("shape")
     if s is None:
         return ()
-    return tuple(int(v) for v in np.asarray(s).reshape(-1))
+    shape = tuple(int(v) for v in np.asarray(s).reshape(-1))
+    if any(v < 0 for v in shape):
+        raise ValueError(f"argument 'shape' must not hold negative extents, got {list(shape)}")
+    return shape
 
 
 class _Generator(Operator):
@@ -83,7 +86,10 @@ class Uniform(_Generator):
             if vals.size == 0:
                 raise self.error("argument 'values' is empty")
             return vals[ctx.rng.integers(0, vals.size, size=shape)].astype(dtype)
-        lo, hi = (float(v) for v in np.asarray(args["range"], np.float64).reshape(-1)[:2])
+        rng = np.asarray(args["range"], np.float64).reshape(-1)
+        if rng.size != 2 or rng[0] > rng[1]:
+            raise self.error(f"argument 'range' must be (lo, hi) with lo <= hi, got {rng.tolist()}")
+        lo, hi = float(rng[0]), float(rng[1])
         if np.dtype(dtype).kind in "iu":
             return np.floor(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
         return np.asarray(ctx.rng.uniform(lo, hi, size=shape)).astype(dtype)
