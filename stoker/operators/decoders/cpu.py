@@ -30,7 +30,11 @@ value / 257.
 
 from __future__ import annotations
 
+import ctypes
 import io
+import os
+import platform
+import sys
 
 import cv2
 import numpy as np
@@ -43,6 +47,11 @@ __all__ = ["ImageDecodeError", "DEFAULT_MAX_PIXELS", "decode_cpu", "orient", "co
            "read_info"]
 
 read_info = formats.read_info
+
+# glibc malloc settings made on the first decode (see _tune_allocator); None = not tried yet.
+_ALLOCATOR_TUNED: bool | None = None
+_MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value
+_TRIM_THRESHOLD = 64 << 20
 
 _IGNORE = cv2.IMREAD_IGNORE_ORIENTATION
 
@@ -79,6 +88,8 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         ImageDecodeError: the data is not a decodable image, or the window does
             not fit in it.
     """
+    if _ALLOCATOR_TUNED is None:
+        _tune_allocator()
     buf = _as_uint8(data)
     output_type = types.DALIImageType(output_type)
     try:
@@ -103,6 +114,38 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         return convert_dtype(np.ascontiguousarray(img), dtype)
     out = convert_color(img, output_type)
     return convert_dtype(np.ascontiguousarray(out), dtype)
+
+
+def _tune_allocator() -> bool:
+    """Keep freed image-sized blocks in glibc's heap instead of returning them to the kernel.
+
+    Every decoded image, resized image and normalized output is a fresh 0.1-1 MB
+    array. With glibc's defaults, blocks that size are handed back to the kernel
+    when freed (``mmap`` above the threshold, heap trimming below it), so each new
+    one is faulted in again page by page: about 130 page faults and 0.4 ms of
+    kernel time per image in the training pipeline, a quarter of its CPU time.
+    Raising the mmap and trim thresholds (``mallopt``) keeps up to 64 MB of freed
+    heap per malloc arena for reuse. This is process-wide; it is skipped when the
+    process already sets any ``MALLOC_*_`` tuning variable, off the glibc
+    platform, or with ``STOKER_MALLOC_TUNING=0``. Returns whether it was applied.
+    """
+    global _ALLOCATOR_TUNED
+    _ALLOCATOR_TUNED = False
+    if os.environ.get("STOKER_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
+        return False  # the user tunes glibc malloc themselves
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    _ALLOCATOR_TUNED = bool(mallopt(m_mmap_threshold, _MMAP_THRESHOLD)) and bool(
+        mallopt(m_trim_threshold, _TRIM_THRESHOLD))
+    return _ALLOCATOR_TUNED
 
 
 def crop_view(img: np.ndarray, roi) -> np.ndarray:
