@@ -234,3 +234,20 @@ def test_state_dict_resumes_exactly_under_skip(files, shards, pad, policy):
         for p in resumed._pipes:
             p.close()
         assert rest == reference[stop:], stop
+
+
+def test_without_auto_reset_and_first_batch_prepared_or_not(files):
+    """reset() between epochs, and prepare_first_batch=False, give the same epochs as auto_reset."""
+    expected, _ = _run(files, 2, True, True, "PARTIAL")
+    for prepare in (True, False):
+        it = DALIGenericIterator(_pipes(files, 2, True, True), ["data", "label"], reader_name="Reader",
+                                 last_batch_policy=LastBatchPolicy.PARTIAL, prepare_first_batch=prepare)
+        got = []
+        for _ in range(EPOCHS):
+            got.append([[b["label"].reshape(-1).tolist() for b in step] for step in it])
+            it.reset()
+            with pytest.warns(UserWarning, match="ignored"):
+                it.reset()  # a second reset is too early: the new epoch has not ended
+        assert got == [[s for s in epoch] for epoch in expected]
+        for p in it._pipes:
+            p.close()
