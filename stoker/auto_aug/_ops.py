@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 from stoker.operators.base import Operator
-from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.schema import Schema, register
 
 
 def _frames(img: np.ndarray, name: str) -> list[np.ndarray]:
@@ -29,13 +29,17 @@ class Filter3x3(Operator):
 
     schema = Schema(
         name="_auto_aug.filter",
-        doc="3x3 filter with a per-sample kernel on uint8 HWC/FHWC data (the sharpness augmentation).",
-        args=[Arg("kernel", "any", None, tensor=True, doc="3x3 float kernel")],
+        doc="3x3 filter on uint8 HWC/FHWC data (the sharpness augmentation); inputs: data, and each "
+            "sample's 3x3 float kernel (a second input, as DALI's filter).",
+        inputs=(2, 2),
     )
 
+    def output_layouts(self, input_layouts):
+        return [input_layouts[0]]
+
     def run_sample(self, inputs, args, ctx):
-        img, = inputs
-        kernel = np.asarray(args["kernel"], np.float32).reshape(3, 3)
+        img, kernel = inputs
+        kernel = np.asarray(kernel, np.float32).reshape(3, 3)
         out = []
         for f in _frames(img, "sharpness"):
             acc = cv2.filter2D(f.astype(np.float32), -1, kernel, borderType=cv2.BORDER_REFLECT_101)

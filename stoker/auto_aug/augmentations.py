@@ -128,7 +128,7 @@ def sharpness_kernel_shifted(magnitude):
 def sharpness(data, kernel):
     """Filters with the 3x3 ``kernel`` (PIL's ImageEnhance.Sharpness; the 1-pixel border is
     filtered too, with reflected edges, where PIL copies the input)."""
-    return invoke("_auto_aug.filter", [data], {"kernel": kernel})
+    return invoke("_auto_aug.filter", [data, kernel], {})
 
 
 def poster_mask_uint8(magnitude):
