@@ -124,19 +124,22 @@ def _fix_edges(src: np.ndarray, out: np.ndarray, plan_y, plan_x) -> None:
     """Recompute, in float with clamped taps, the output rows and columns that reach past the edge.
 
     Each is two small passes: the taps of the edge outputs along one axis, then the full filter
-    along the other (``np.take`` and batched ``matmul``: NumPy's fancy indexing and einsum are
-    several times slower on these shapes)."""
+    along the other, as ``np.take`` gathers and batched ``matmul`` (NumPy's fancy indexing and
+    einsum are several times slower on these shapes)."""
     (rows, iy, wy), (cols, ix, wx) = plan_y, plan_x
     if rows.size:
         # (r, k) taps of (H, W, C) -> (r, W, C), then the horizontal pass -> (r, w_out, C)
-        part = np.einsum("rk,rkwc->rwc", wy[rows], np.take(src, iy[rows], axis=0), dtype=np.float32)
+        g = np.take(src, iy[rows], axis=0).astype(np.float32)  # (r, k, W, C)
+        r, k = g.shape[:2]
+        part = np.matmul(wy[rows][:, None, :], g.reshape(r, k, -1)).reshape(r, *src.shape[1:])
         if out.shape[1] != src.shape[1]:
             g = np.take(part, ix, axis=1)  # (r, w_out, k, C)
             part = np.matmul(wx[None, :, None, :], g)[:, :, 0]
         out[rows] = _round_u8(part)
     if cols.size:
         # (c, k) taps of (H, W, C) -> (H, c, C), then the vertical pass -> (h_out, c, C)
-        part = np.einsum("ck,hckz->hcz", wx[cols], np.take(src, ix[cols], axis=1), dtype=np.float32)
+        g = np.take(src, ix[cols], axis=1).astype(np.float32)  # (H, c, k, C)
+        part = np.matmul(wx[cols][None, :, None, :], g)[:, :, 0]
         if out.shape[0] != src.shape[0]:
             g = np.take(part, iy, axis=0)  # (h_out, k, c, C)
             k = g.shape[1]
