@@ -9,7 +9,9 @@ Pipelines (same augmentations everywhere):
 
 Libraries: ``stoker`` (its DALI-style API), ``dali`` (NVIDIA DALI's CPU pipeline, when installed),
 ``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL decode, transforms v2).
-Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s.
+Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s, the CPU
+time per image (the process and its worker processes: comparable even when other work shares the
+machine) and the 1-minute load average at the end, then the ratios per round.
 """
 
 from __future__ import annotations
@@ -83,6 +85,26 @@ def torchvision_loader(root: str, kind: str, batch: int, threads: int):
     return step
 
 
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its live children (DataLoader workers), so that
+    the cost per image can be compared even when other work shares the machine."""
+    own = os.times()
+    total = own.user + own.system
+    tick = os.sysconf("SC_CLK_TCK")
+    me = str(os.getpid())
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me:  # fields[1] is the parent pid; [11], [12] are utime, stime in ticks
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def child(lib: str, root: str, kind: str, batch: int, threads: int, seconds: float) -> None:
     t0 = time.perf_counter()
     step = torchvision_loader(root, kind, batch, threads) if lib == "torchvision" else \
@@ -91,13 +113,15 @@ def child(lib: str, root: str, kind: str, batch: int, threads: int, seconds: flo
     first = time.perf_counter() - t0
     for _ in range(2):
         step()
-    n, t1 = 0, time.perf_counter()
+    n, t1, c1 = 0, time.perf_counter(), cpu_seconds()
     while time.perf_counter() - t1 < seconds:
         step()
         n += batch
     rate = n / (time.perf_counter() - t1)
+    cpu_ms = (cpu_seconds() - c1) / n * 1e3
     print(json.dumps({"lib": lib, "pipeline": kind, "threads": threads, "batch": batch, "img_s": round(rate, 1),
-                      "first_batch_s": round(first, 2)}), flush=True)
+                      "cpu_ms_per_img": round(cpu_ms, 3), "first_batch_s": round(first, 2),
+                      "load_avg_1min": round(os.getloadavg()[0], 2)}), flush=True)
     os._exit(0)  # skip slow teardown of worker pools
 
 
@@ -116,7 +140,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     results = []
-    for _ in range(a.rounds):
+    for rnd in range(a.rounds):
         for kind in a.pipelines.split(","):
             for lib in a.libs.split(","):
                 cmd = [sys.executable, __file__, "--child", lib, a.root, kind, str(a.batch), str(a.threads),
@@ -125,13 +149,19 @@ def main() -> None:
                 lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
                 res = json.loads(lines[-1]) if lines else {"lib": lib, "pipeline": kind,
                                                            "error": p.stderr.strip()[-400:]}
+                res["round"] = rnd + 1
                 results.append(res)
                 print(json.dumps(res), flush=True)
     for kind in a.pipelines.split(","):
-        rates = {r["lib"]: r["img_s"] for r in results if r.get("pipeline") == kind and "img_s" in r}
-        if "stoker" in rates:
-            ratios = ", ".join(f"stoker/{k} = {rates['stoker'] / v:.2f}x" for k, v in rates.items() if k != "stoker")
-            print(f"{kind}: {ratios}")
+        for rnd in range(1, a.rounds + 1):
+            done = [r for r in results if r.get("pipeline") == kind and r["round"] == rnd and "img_s" in r]
+            rates = {r["lib"]: r["img_s"] for r in done}
+            cpu = {r["lib"]: r["cpu_ms_per_img"] for r in done}
+            if "stoker" in rates:
+                ratios = ", ".join(f"stoker/{k} = {rates['stoker'] / v:.2f}x (CPU time per image: "
+                                   f"{cpu[k] / cpu['stoker']:.2f}x less)"
+                                   for k, v in rates.items() if k != "stoker")
+                print(f"{kind}, round {rnd}: {ratios}")
 
 
 if __name__ == "__main__":
