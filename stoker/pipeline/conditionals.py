@@ -7,7 +7,8 @@ With ``enable_conditionals=True`` the pipeline function's source is rewritten
 (:mod:`stoker.pipeline.conditionals_ast`): every ``if`` becomes two local functions,
 one per branch, that take and return the variables the branches assign, and a
 call of :func:`if_stmt`. ``and``/``or``/``not``/``x if c else y`` become calls of
-:func:`and_`, :func:`or_`, :func:`not_`, :func:`if_exp`.
+:func:`and_`, :func:`or_`, :func:`not_`, :func:`if_exp`, and every call ``f(...)`` a call of
+:func:`call`, which rewrites the user functions it reaches in the same way.
 
 At trace time :func:`if_stmt` looks at the condition. A plain Python value keeps
 Python's behaviour (only one branch runs). A DataNode (a per-sample predicate)
@@ -29,8 +30,10 @@ samples took the branch, nor on ``num_threads``.
 Limits: the data must be on the CPU (no GPU split/merge yet); an ``if`` whose
 branches contain ``return``, ``break``/``continue`` (of an outer loop), ``yield``,
 ``global`` or ``nonlocal`` stays a plain Python ``if`` (a per-sample condition there
-raises an error saying so); only the decorated function is rewritten, not the
-functions it calls (use :func:`if_stmt` directly in helpers, as ``stoker.auto_aug`` does).
+raises an error saying so). Functions the pipeline calls are rewritten when called
+(user code only: library code, lambdas, decorated wrappers, generators, methods using
+zero-argument ``super()`` or private names run unchanged; library code such as
+``stoker.auto_aug`` calls :func:`if_stmt` directly).
 """
 
 from __future__ import annotations
@@ -204,6 +207,13 @@ def ld(thunk: Callable, name: str):
 def results(local_vars: dict, names: Sequence[str]) -> tuple:
     """The values a branch function hands back (its ``locals()``; deleted names are undefined)."""
     return tuple(local_vars[n] if n in local_vars else _unbound(n) for n in names)
+
+
+def call(func, /, *args, **kwargs):
+    """A call in rewritten code: user functions it reaches are converted too (see conditionals_ast)."""
+    from stoker.pipeline.conditionals_ast import converted_call
+
+    return converted_call(func, args, kwargs)
 
 
 def py_cond(value, reason: str, what: str):

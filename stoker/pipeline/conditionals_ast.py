@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import os
+import sysconfig
 import textwrap
 import types
 import warnings
@@ -151,6 +153,13 @@ class _Rewriter(ast.NodeTransformer):
                     n.col_offset, n.end_col_offset = node.col_offset, node.col_offset + 2
         return out
 
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in _SKIP_CALLS:
+            return node
+        # f(a, *b, k=c, **d) -> cond.call(f, a, *b, k=c, **d): user functions are converted when called
+        return ast.copy_location(ast.Call(_helper("call"), [node.func, *node.args], node.keywords), node)
+
     def visit_BoolOp(self, node: ast.BoolOp):
         self.generic_visit(node)
         if _has_walrus(node):
@@ -173,32 +182,101 @@ class _Rewriter(ast.NodeTransformer):
             _call("if_exp", node.test, _thunk(node.body), _thunk(node.orelse), self._what("if", node)), node)
 
 
+class _NotConvertible(Exception):
+    pass
+
+
+_compiled: dict = {}  # original code object -> rewritten code object (or None: call as is)
+_SKIP_CALLS = {"super", "locals", "globals", "vars", "eval", "exec", "dir", "breakpoint"}  # frame-bound
+_LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"],
+                       sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(__file__))})
+
+
 def convert(func):
     """``func`` with its ``if``/``and``/``or``/``not``/conditional expressions rewritten to run per
-    sample on DataNodes (see :mod:`stoker.pipeline.conditionals`). Functions whose source is
-    not available (lambdas, interactive input) are returned unchanged with a warning."""
-    from stoker.pipeline import conditionals
+    sample on DataNodes (see :mod:`stoker.pipeline.conditionals`), and the user functions it calls
+    converted the same way when called. Functions whose source is not available (lambdas,
+    interactive input) are returned unchanged with a warning."""
+    try:
+        code = _rewritten_code(func)
+    except _NotConvertible as e:
+        warnings.warn(f"enable_conditionals: {e}; per-sample if statements in it will raise", stacklevel=3)
+        return func
+    return _bind(func, code)
 
+
+def converted_call(f, args, kwargs):
+    """Call ``f(*args, **kwargs)`` from rewritten code, converting user functions, methods and
+    callable objects on the way (as DALI's AutoGraph does); library code runs unchanged."""
+    target = f
+    try:
+        if isinstance(f, types.FunctionType):
+            target = _converted(f) or f
+        elif isinstance(f, types.MethodType) and isinstance(f.__func__, types.FunctionType):
+            conv = _converted(f.__func__)
+            target = types.MethodType(conv, f.__self__) if conv else f
+        elif isinstance(f, functools.partial) and isinstance(f.func, types.FunctionType):
+            conv = _converted(f.func)
+            target = functools.partial(conv, *f.args, **f.keywords) if conv else f
+        elif not isinstance(f, type) and isinstance(inspect.getattr_static(type(f), "__call__", None),
+                                                    types.FunctionType):
+            conv = _converted(type(f).__call__)
+            target = types.MethodType(conv, f) if conv else f
+    except _NotConvertible:
+        target = f
+    return target(*args, **kwargs)
+
+
+def _converted(func):
+    """The rewritten version of a user function, or None for library code and functions that cannot be."""
+    if (getattr(func, "_stoker_conditionals", False) or hasattr(func, "__wrapped__")
+            or _HELPER in func.__code__.co_freevars):  # already rewritten (nested in rewritten code)
+        return None
+    filename = func.__code__.co_filename
+    if (filename.startswith("<") or func.__name__ == "<lambda>" or "__class__" in func.__code__.co_freevars
+            or func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+            or os.path.abspath(filename).startswith(_LIBRARY_DIRS)):
+        return None
+    code = _rewritten_code(func)
+    return None if code is None else _bind(func, code)
+
+
+def _rewritten_code(func):
+    """Parse, rewrite and compile ``func`` once per code object (raises _NotConvertible)."""
+    key = func.__code__
+    if key in _compiled:
+        if _compiled[key] is None:
+            raise _NotConvertible(f"cannot convert {func.__qualname__}")
+        return _compiled[key]
+    try:
+        code = _compile(func)
+    except _NotConvertible:
+        _compiled[key] = None
+        raise
+    _compiled[key] = code
+    return code
+
+
+def _compile(func):
     try:
         source = textwrap.dedent(inspect.getsource(func))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError, IndentationError) as e:
-        warnings.warn(f"enable_conditionals: cannot read the source of {func.__qualname__} ({e}); "
-                      "per-sample if statements in it will raise", stacklevel=3)
-        return func
+        raise _NotConvertible(f"cannot read the source of {func.__qualname__} ({e})") from None
     fdef = tree.body[0] if tree.body else None
     if not isinstance(fdef, ast.FunctionDef) or fdef.name != func.__name__:
-        warnings.warn(f"enable_conditionals: {func.__qualname__} is not a plain `def` function; "
-                      "per-sample if statements in it will raise", stacklevel=3)
-        return func
+        raise _NotConvertible(f"{func.__qualname__} is not a plain `def` function")
+    in_class = "." in func.__qualname__ and func.__qualname__.split(".")[-2] != "<locals>"
+    if in_class and any(isinstance(n, (ast.Name, ast.Attribute)) and _private(getattr(n, "id", None) or n.attr)
+                        for n in ast.walk(fdef)):
+        raise _NotConvertible(f"{func.__qualname__} uses private (name-mangled) names")
     fdef.decorator_list = []
     filename = inspect.getsourcefile(func) or func.__code__.co_filename
     _Rewriter(filename).visit(fdef)
     # A factory whose parameters are the original free variables keeps closure references as
-    # free variables of the rewritten function; the original cells are bound to them below.
-    freevars = func.__code__.co_freevars
-    fargs = ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in (*freevars, _HELPER)], vararg=None,
-                          kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    # free variables of the rewritten function; the original cells are bound to them in _bind.
+    fargs = ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in (*func.__code__.co_freevars, _HELPER)],
+                          vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
     factory = ast.FunctionDef(name=f"{_PREFIX}factory__", args=fargs,
                               body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
                               decorator_list=[], returns=None, type_comment=None)
@@ -208,12 +286,21 @@ def convert(func):
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, func.__code__.co_firstlineno - 1)
     code = compile(module, func.__code__.co_filename, "exec", dont_inherit=True)
-    factory_code = _const_code(code, factory.name)
-    inner = _const_code(factory_code, fdef.name)
-    cells = dict(zip(freevars, func.__closure__ or ()))
+    return _const_code(_const_code(code, factory.name), fdef.name)
+
+
+def _private(name) -> bool:
+    return isinstance(name, str) and name.startswith("__") and not name.endswith("__")
+
+
+def _bind(func, code: types.CodeType):
+    """A function running ``code`` with ``func``'s globals, closure cells, defaults and metadata."""
+    from stoker.pipeline import conditionals
+
+    cells = dict(zip(func.__code__.co_freevars, func.__closure__ or ()))
     cells[_HELPER] = types.CellType(conditionals)
-    closure = tuple(cells[n] for n in inner.co_freevars)
-    new = types.FunctionType(inner, func.__globals__, func.__name__, func.__defaults__, closure or None)
+    closure = tuple(cells[n] for n in code.co_freevars)
+    new = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, closure or None)
     new.__kwdefaults__ = func.__kwdefaults__
     functools.update_wrapper(new, func)
     del new.__wrapped__  # inspect.getsource of the result should not re-read the original

@@ -449,3 +449,72 @@ def test_and_or_short_circuit_per_sample():
     np.testing.assert_array_equal(np.stack(either), ~np.array(PREDS))
     # the right operand was traced inside the branch where c1 holds: it runs on those samples only
     assert seen[0].source.scope is not None and seen[0].source.scope.branch is True
+
+
+# --- functions called from the pipeline are converted too (as DALI's AutoGraph) ----------------
+
+def _add_if(d, c, amount):
+    if c:
+        d = d + amount
+    return d
+
+
+def _twice_then_add(d, c):
+    return _add_if(_add_if(d, c, 1), not c, 100)  # a converted helper calling another
+
+
+class _Scale:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, d, c):
+        if c:
+            d = d * self.factor
+        return d
+
+    def method(self, d, c):
+        if c:
+            return_value = d - 1
+        else:
+            return_value = d
+        return return_value
+
+
+class _Base:
+    def run(self, d):
+        return d + 7
+
+
+class _Child(_Base):
+    def run(self, d):  # zero-argument super() needs the class cell: called unconverted
+        return super().run(d) * 2
+
+
+def helpers(fn, types):
+    import functools
+
+    def pipe():
+        d = fn.external_source(source=_data, batch=True)
+        c = fn.external_source(source=_feed(PREDS, np.bool_), batch=True)
+        add5 = functools.partial(_add_if, amount=5)
+        return _twice_then_add(d, c), _Scale(3)(d, c), add5(d, c), _Scale(1).method(d, c), _Child().run(d)
+    return pipe
+
+
+def test_called_functions_methods_and_callables_are_converted():
+    outs = _run(_pipe(_stoker(), helpers))
+    data, p = _data(), PREDS
+    want = [[x + 1 if c else x + 100 for x, c in zip(data, p)], [x * 3 if c else x for x, c in zip(data, p)],
+            [x + 5 if c else x for x, c in zip(data, p)], [x - 1 if c else x for x, c in zip(data, p)],
+            [(x + 7) * 2 for x in data]]
+    for got, w in zip(outs, want):
+        np.testing.assert_array_equal(np.stack(got), np.stack(w))
+
+
+@pytest.mark.oracle
+def test_called_functions_match_dali():
+    dali = _dali()
+    got = _run(_pipe(_stoker(), helpers))
+    want = _run(_pipe(dali, helpers))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.stack(g), np.stack(w))
