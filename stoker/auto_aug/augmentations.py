@@ -1,5 +1,6 @@
 """The standard augmentations of AutoAugment, RandAugment and TrivialAugment, written with
-stoker operators (as ``nvidia.dali.auto_aug.augmentations``).
+stoker operators and the lookup-table kernels of ``stoker.auto_aug._ops`` (as
+``nvidia.dali.auto_aug.augmentations``; results equal DALI's).
 
 Each is an :class:`~stoker.auto_aug.core.Augmentation`: call it with a batch of uint8 images
 (``HWC``; videos ``FHWC``) and ``magnitude_bin`` / ``num_magnitude_bins``; the magnitude is
@@ -17,7 +18,6 @@ from stoker.auto_aug.core import augmentation
 from stoker.pipeline.data_node import constant_node, invoke
 
 _U8_255 = np.uint8(255)
-_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601, as PIL's grey conversion
 
 
 def _warp_kwargs(fill_value, interp_type) -> dict:
@@ -99,9 +99,7 @@ def brightness(data, parameter):
 def contrast(data, parameter):
     """Scales the distance of each pixel from the image's mean grey level by ``parameter``
     (PIL's ImageEnhance.Contrast: the centre is the luma-weighted channel mean)."""
-    mean = fn.reductions.mean(data, axis_names="HW", keep_dims=True)
-    center = fn.reductions.sum(mean * constant_node(_LUMA), axis_names="C", keep_dims=True)
-    return fn.cast_like(center + (data - center) * parameter, data)
+    return invoke("_auto_aug.contrast", [data, parameter], {})
 
 
 @augmentation(mag_range=(0, 0.9), randomly_negate=True, mag_to_param=shift_enhance_range)
@@ -146,8 +144,7 @@ def posterize(data, mask):
 @augmentation(mag_range=(256, 0), param_device="auto")
 def solarize(data, threshold):
     """Inverts the values at or above ``threshold`` (256: nothing is inverted)."""
-    below = data < threshold
-    return below * data + (below ^ True) * (constant_node(_U8_255) - data)
+    return invoke("_auto_aug.solarize", [data, threshold], {})
 
 
 def solarize_add_shift(shift):
@@ -160,8 +157,7 @@ def solarize_add_shift(shift):
 @augmentation(mag_range=(0, 110), param_device="auto", mag_to_param=solarize_add_shift)
 def solarize_add(data, shift):
     """Adds ``shift`` to the values below 128."""
-    low = data < constant_node(np.uint8(128))
-    return low * (data + shift) + (low ^ True) * data
+    return invoke("_auto_aug.solarize_add", [data, shift], {})
 
 
 @augmentation
@@ -179,12 +175,7 @@ def equalize(data, _):
 @augmentation
 def auto_contrast(data, _):
     """Stretches each channel to the full [0, 255] range (channels with one value are kept)."""
-    lo = fn.reductions.min(data, axis_names="HW", keep_dims=True)
-    hi = fn.reductions.max(data, axis_names="HW", keep_dims=True)
-    spread = hi - lo
-    varies = spread > 0
-    divisor = spread * varies + constant_node(_U8_255) * (varies ^ True)  # 255 / 255 = 1 for flat channels
-    return fn.cast_like((data - lo * varies) * (255 / divisor), data)
+    return invoke("_auto_aug.auto_contrast", [data], {})
 
 
 @augmentation
