@@ -230,3 +230,43 @@ def test_select_by_index_matches_numpy():
     refs = [lambda v: v, lambda v: 255 - v, lambda v: v & 0x80]
     for o, k, img in zip(out, idx, images):
         np.testing.assert_array_equal(o, refs[k](img))
+
+
+@pytest.mark.oracle
+def test_deterministic_policies_match_dali():
+    """Schemes whose choices are certain (probability 1, one sub-policy or op, no random sign)
+    give DALI's output exactly: the split/merge wiring and the magnitude tables agree."""
+    pytest.importorskip("nvidia.dali")
+    import nvidia.dali
+    from nvidia.dali.auto_aug import augmentations as da
+    from nvidia.dali.auto_aug import auto_augment as daa
+    from nvidia.dali.auto_aug import rand_augment as dra
+    from nvidia.dali.auto_aug.core import Policy as DaliPolicy
+
+    def schemes(aug_mod, aa_mod, ra_mod, policy_cls):
+        steps = [(aug_mod.solarize, 1.0, 3), (aug_mod.posterize, 1.0, 2), (aug_mod.equalize, 1.0, None)]
+        policy = policy_cls("certain", 5, [steps])
+        return [lambda x: aa_mod.apply_auto_augment(policy, x),
+                lambda x: ra_mod.apply_rand_augment([aug_mod.auto_contrast], x, n=2, m=3),
+                lambda x: ra_mod.apply_rand_augment([aug_mod.posterize], x, n=1, m=4, num_magnitude_bins=5)]
+
+    images = _images()
+
+    def run(lib, scheme):
+        @lib.pipeline_def(batch_size=BS, num_threads=2, device_id=None, seed=3, enable_conditionals=True)
+        def pipe():
+            x = lib.fn.external_source(source=lambda: images, batch=True, layout="HWC")
+            return scheme(x)
+
+        p = pipe()
+        p.build()
+        return [np.array(t) for t in p.run()[0]]
+
+    ours = schemes(sa, auto_augment, rand_augment, Policy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = schemes(da, daa, dra, DaliPolicy)
+        for mine, dalis in zip(ours, theirs):
+            got, want = run(stoker, mine), run(nvidia.dali, dalis)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)

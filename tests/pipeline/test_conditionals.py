@@ -518,3 +518,17 @@ def test_called_functions_match_dali():
     want = _run(_pipe(dali, helpers))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.stack(g), np.stack(w))
+
+
+def test_gpu_data_in_a_branch_is_refused_clearly():
+    @stoker.pipeline_def(batch_size=BS, num_threads=1, device_id=0, enable_conditionals=True)
+    def pipe():
+        d = stoker.fn.external_source(source=_data, batch=True)
+        c = stoker.fn.external_source(source=_feed(PREDS, np.bool_), batch=True)
+        g = d.gpu()
+        if c:
+            g = g + 1
+        return g
+
+    with pytest.raises(PipelineBuildError, match="GPU batch.*CPU data"):
+        pipe()
