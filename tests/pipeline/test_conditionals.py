@@ -532,3 +532,38 @@ def test_gpu_data_in_a_branch_is_refused_clearly():
 
     with pytest.raises(PipelineBuildError, match="GPU batch.*CPU data"):
         pipe()
+
+
+def test_skipped_samples_before_the_if_are_refilled(tmp_path):
+    """on_error="skip" drops bad files before the split; the refilled batch then takes the branches."""
+    import os
+
+    from stoker.sample_data import write_dataset
+
+    write_dataset(str(tmp_path), 8, classes=2, seed=1, workers=1)
+    files = sorted(os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs)
+    for f in files[1:3]:
+        with open(f, "wb") as fh:
+            fh.write(b"not an image")
+
+    @stoker.pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=3, enable_conditionals=True,
+                         on_error="skip")
+    def pipe():
+        jpegs, labels = stoker.fn.readers.file(file_root=str(tmp_path))
+        img = stoker.fn.decoders.image(jpegs)
+        flip = stoker.fn.random.coin_flip()
+        if flip:
+            out = stoker.fn.flip(img, horizontal=1)
+        else:
+            out = img
+        return out, img, flip
+
+    p = pipe()
+    p.build()
+    for _ in range(2):
+        out, img, flip = p.run()
+        assert len(out) == 4
+        for o, i, f in zip(out, img, flip):
+            np.testing.assert_array_equal(np.array(o), np.array(i)[:, ::-1] if int(np.array(f)) else np.array(i))
+    assert p.error_count() >= 2
+    p.close()
