@@ -188,8 +188,10 @@ class _NotConvertible(Exception):
 
 _compiled: dict = {}  # original code object -> rewritten code object (or None: call as is)
 _SKIP_CALLS = {"super", "locals", "globals", "vars", "eval", "exec", "dir", "breakpoint"}  # frame-bound
-_LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"],
-                       sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(__file__))})
+# Code under these folders (the standard library, installed packages, stoker) is never rewritten.
+_LIBRARY_DIRS = tuple({d.rstrip(os.sep) + os.sep for d in (
+    os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))})
 
 
 def convert(func):
