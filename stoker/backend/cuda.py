@@ -172,6 +172,21 @@ class PinnedRing:
         self._events[k] = ev
         return dev, offsets
 
+    def upload_packed(self, arrays, dst_ptr: int, stream) -> None:
+        """Copy host arrays back to back to device memory at ``dst_ptr``: one pack, one copy."""
+        cp = _cupy()
+        flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
+        total = sum(f.size for f in flat)
+        if total == 0:
+            return
+        k, buf = self._slot(total)
+        np.concatenate(flat, out=buf[:total])
+        cp.cuda.runtime.memcpyAsync(int(dst_ptr), buf.ctypes.data, total, cp.cuda.runtime.memcpyHostToDevice,
+                                    stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
+
     def upload_to(self, arrays, dst_ptrs, stream) -> None:
         """Copy each host array to the device address in ``dst_ptrs`` (one pinned staging buffer)."""
         cp = _cupy()

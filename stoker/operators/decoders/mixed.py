@@ -3,22 +3,28 @@
 Implements ``decoders.image``, ``decoders.image_random_crop``,
 ``decoders.image_crop`` and ``decoders.image_slice`` with ``device="mixed"``.
 
-Per batch:
+Two paths, chosen per operator:
 
-1. parse each header (nvImageCodec ``CodeStream``) for the image size;
-2. choose the window (random crop windows from
-   :func:`stoker.operators.random.crop_window.sample_crop_window` with the
-   sample's own random stream, so the window does not depend on the device);
-3. split the batch: a share of the JPEGs (``STOKER_CPU_DECODE_SHARE``,
-   default 0) and every image nvImageCodec cannot take go to stoker's
-   thread pool (OpenCV decode + crop, then one pinned upload); the rest go
-   to one batched nvImageCodec ``decode`` with ROI on the pipeline's stream
-   (hardware JPEG engine and hybrid CPU/GPU backends). Both halves run at once.
+* **Hardware engines** (default where nvJPEG's hardware backend exists: A100,
+  H100, H200; ``STOKER_NVJPEG_HW=0`` turns it off). In the CPU stage each
+  header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`), the
+  window drawn, and every sample given a slot in one flat output buffer; the
+  baseline colour JPEGs then decode in one nvJPEG call on the decoder's own
+  thread (no GIL held), overlapping the previous batch's GPU work, while the
+  others (progressive, gray, PNG, ...) and a share of the JPEGs
+  (``STOKER_CPU_DECODE_SHARE``, default 0) decode on the thread pool and are
+  copied into their slots. The batch leaves as a flat ``TensorListGPU``: no
+  per-sample Python object.
+* **nvImageCodec** otherwise: headers parsed as ``CodeStream`` s, one batched
+  ``decode`` with ROI on the legacy stream, the CPU share and the formats it
+  cannot take on the pool.
 
-Samples that nvImageCodec fails on are retried on the CPU; a sample that
-fails there too raises an error naming the file.
+Random crop windows come from
+:func:`stoker.operators.random.crop_window.sample_crop_window` with the
+sample's own random stream, so they do not depend on the device or the path.
+Samples the GPU fails on are retried on the CPU; a sample that fails there
+too raises an error naming the file.
 """
-
 from __future__ import annotations
 
 import collections
@@ -83,10 +89,10 @@ class _State:
         self.device_id = device_id
         self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
         self.worker = None  # the thread that runs the hardware decode calls
-        # Opt-in (STOKER_NVJPEG_HW=1) until it passes the parity tests: on an H100 its output
-        # differed from the CPU decode by 6.4 levels on average (chroma), and the whole pipeline
-        # did not get faster (3.5-4.2k train img/s), see benchmarks/RESULTS.md.
-        self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "0") == "1" else "disabled"
+        # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
+        # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
+        # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
+        self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
 
     def hardware(self):
         """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
@@ -336,40 +342,82 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     return [out]
 
 
+_RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
+
+
+def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
+    """Windows (y0, x0, h, w), clipped, of every sample whose size is known (else None).
+
+    Random crops with batch-wide arguments are drawn for the whole batch at once
+    (:func:`sample_crop_windows`, the same windows as the per-sample sampler)."""
+    from stoker.operators.random.crop_window import draws_needed, sample_crop_windows
+    from stoker.random_state import batch_uniforms
+
+    n = len(sizes)
+    known = sizes[:, 0] > 0
+    if kind == "image":
+        return [(0, 0, int(h), int(w)) if k else None for (h, w), k in zip(sizes.tolist(), known)]
+    if kind == "image_random_crop" and not set(arg_inputs) & set(_RANDOM_CROP_ARGS):
+        args = op.args
+        area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
+        aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
+        attempts = int(_first(args.get("num_attempts"), 10))
+        u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
+        wins = sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts)
+        return [tuple(w) if k else None for w, k in zip(wins.tolist(), known)]
+    out = []
+    for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):
+        win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w) if k else None
+        out.append(None if not k else (0, 0, h, w) if win is None else _clip(win, h, w))
+    return out
+
+
 def _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw) -> dict:
     """Host half of a decode on the hardware engines: windows, output slots, and the nvJPEG call
-    started on the decoder's thread. Every sample gets a slot in one flat output buffer; those
-    the engines cannot take decode on the CPU pool and are copied into their slots afterwards."""
+    started on the decoder's thread.
+
+    Every sample gets a slot in one flat output buffer: first the engines' images,
+    then, back to back, those decoded on the CPU pool (formats the engines cannot
+    take, and the CPU share), so that the CPU results go up in one copy.
+    """
     from stoker.backend import cuda
     from stoker.backend.nvjpeg import NvjpegUnavailable, hardware_eligible
 
     cp = cuda._cupy()
     n = len(enc)
+    arrays = [np.asarray(d) for d in enc]
     heads: list = [None] * n
-    wins: list = [None] * n
+    sizes = np.zeros((n, 2), np.int64)
     hw_idx: list[int] = []
-    shapes = np.zeros((n, 3), np.int64)
-    for i, d in enumerate(enc):
-        a = np.asarray(d)
+    for i, a in enumerate(arrays):
         size = hardware_eligible(a)
         if size is not None:
-            h, w = size
-            heads[i] = (None, "jpeg", h, w)
+            heads[i] = (None, "jpeg", size[0], size[1])
             hw_idx.append(i)
         else:
             heads[i] = _header(a)
-            h, w = heads[i][2], heads[i][3]
-        if h:
-            win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w)
-            win = (0, 0, h, w) if win is None else _clip(win, h, w)
-            wins[i] = win
-            shapes[i] = (win[2], win[3], 3)
-    sizes = shapes.prod(axis=1)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else sizes
-    total = max(int(sizes.sum()), 1)
+        sizes[i] = heads[i][2], heads[i][3]
+    wins = _windows(op, kind, batch, arg_inputs, sizes)
+    # A share of the engines' images decodes on the CPU pool at the same time
+    # (STOKER_CPU_DECODE_SHARE, default 0).
+    n_cpu = int(round(len(hw_idx) * st.cpu_share))
+    moved = hw_idx[len(hw_idx) - n_cpu:] if n_cpu else []
+    hw_idx = hw_idx[:len(hw_idx) - n_cpu]
+    hw_set = set(hw_idx)
+    cpu_idx = [i for i in range(n) if i not in hw_set and i not in moved] + moved
+    shapes = np.zeros((n, 3), np.int64)
+    for i, win in enumerate(wins):
+        if win is not None:
+            shapes[i] = win[2], win[3], 3
+    order = hw_idx + cpu_idx
+    nbytes = shapes.prod(axis=1)
+    offsets = np.zeros(n, np.int64)
+    offsets[order] = np.concatenate([[0], np.cumsum(nbytes[order])[:-1]]) if n else []
+    cpu_start = int(nbytes[hw_idx].sum())
+    total = max(int(nbytes.sum()), 1)
     stream = cuda.current_stream(batch)
     device_id = batch.device_id or 0
-    hw_enc = [np.asarray(enc[i]) for i in hw_idx]
+    hw_enc = [arrays[i] for i in hw_idx]
     hw_wins = np.asarray([wins[i] for i in hw_idx], np.int64).reshape(-1, 4)
 
     def job():
@@ -388,13 +436,28 @@ def _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw) -> dict:
         return buf, error
 
     future = st.submit(job)
-    hw_set = set(hw_idx)
-    cpu_idx = [i for i in range(n) if i not in hw_set]
+    # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
+    # copies its own result there, and the GPU stage only issues one upload.
+    cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
+    staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
+    stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
-    futures = [batch.pool.submit(_cpu_one, *args, i) for i in cpu_idx] if cpu_idx and batch.pool else None
+    tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
+    futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
     return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
-            "hw_idx": hw_idx, "cpu_idx": cpu_idx, "futures": futures, "hw_future": future,
-            "shapes": shapes, "offsets": offsets, "sources": list(batch.sources)}
+            "hw_idx": hw_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks, "hw_future": future,
+            "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
+            "staging": staging, "sources": list(batch.sources)}
+
+
+def _cpu_staged(args, i, stage, offset: int, shape: tuple):
+    """Decode sample ``i`` on the host and copy it into its place in the pinned staging buffer.
+    Returns (image, whether it was staged: False when its shape is not the slot's)."""
+    img = _cpu_one(*args, i)
+    if tuple(img.shape) != shape or img.dtype != np.uint8:
+        return img, False
+    stage[offset:offset + img.nbytes].reshape(shape)[...] = img
+    return img, True
 
 
 def _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
@@ -412,23 +475,34 @@ def _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     def cpu_one(i):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
 
-    if error is not None:  # nvJPEG refused the batch: its images decode on the CPU too
-        cpu_idx += prep["hw_idx"]
-        if futures is not None:
-            futures = futures + [batch.pool.submit(cpu_one, i) for i in prep["hw_idx"]]
-    host = [f.result() for f in futures] if futures is not None else [cpu_one(i) for i in cpu_idx]
-    fits = [i for i, a in zip(cpu_idx, host) if tuple(a.shape) == tuple(shapes[i]) and a.dtype == np.uint8]
-    fit_set = set(fits)
+    done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
+    host = [img for img, _ in done]
     ring = _ring(batch)
-    ring.upload_to([a for i, a in zip(cpu_idx, host) if i in fit_set], buf.data.ptr + offsets[fits], stream)
+    fits = all(staged for _, staged in done)
+    if fits and host:  # the CPU region of the buffer: one copy from the staging filled by the pool
+        cp = _cupy_mod()
+        cp.cuda.runtime.memcpyAsync(buf.data.ptr + prep["cpu_start"], prep["staging"].ptr, prep["cpu_total"],
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        with st.lock:  # the staging stays alive until the stream has passed the copy
+            st.in_use.append([prep["staging"], None])
+            st.retire(stream)
+    if error is not None:  # nvJPEG refused the batch: its images decode on the CPU too
+        redo = list(prep["hw_idx"])
+        again = [batch.pool.submit(cpu_one, i) for i in redo] if batch.pool else None
+        extra = [f.result() for f in again] if again is not None else [cpu_one(i) for i in redo]
+        if all(tuple(a.shape) == tuple(shapes[i]) for i, a in zip(redo, extra)):
+            ring.upload_to(extra, buf.data.ptr + offsets[redo], stream)
+        else:
+            fits = False
+        cpu_idx, host = cpu_idx + redo, host + extra
     sources = prep["sources"][:n] or None
-    if len(fits) == len(cpu_idx):
+    if fits:
         out = TensorListGPU.from_flat(buf, offsets, shapes, "HWC", sources)
     else:  # a sample whose size the header did not tell (or EXIF-rotated): a list batch
+        st.timing["list_batches"] += 1
         results = [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
-        odd = [(i, a) for i, a in zip(cpu_idx, host) if i not in fit_set]
-        dev, offs = ring.upload_many([a for _, a in odd], stream)
-        for (i, a), off in zip(odd, offs):
+        dev, offs = ring.upload_many(host, stream)
+        for i, a, off in zip(cpu_idx, host, offs):
             results[i] = dev[off:off + a.nbytes].reshape(a.shape)
         out = TensorListGPU(results, "HWC", sources)
     st.timing["total_s"] += time.perf_counter() - t_start

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-__all__ = ["sample_crop_window"]
+__all__ = ["sample_crop_window", "sample_crop_windows", "draws_needed"]
 
 
 def sample_crop_window(
@@ -99,3 +99,87 @@ def sample_crop_window(
     x = int(rng.integers(0, W - w, endpoint=True))
     y = int(rng.integers(0, H - h, endpoint=True))
     return y, x, h, w
+
+
+def draws_needed(num_attempts: int) -> int:
+    """Uniform draws :func:`sample_crop_window` takes at most: two per attempt, then x and y."""
+    return 2 * max(0, int(num_attempts)) + 2
+
+
+def sample_crop_windows(
+    uniforms: np.ndarray,
+    heights,
+    widths,
+    area: tuple[float, float] = (0.08, 1.0),
+    aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    num_attempts: int = 10,
+) -> np.ndarray:
+    """:func:`sample_crop_window` for a whole batch at once, window for window the same.
+
+    ``uniforms[i]`` holds the first :func:`draws_needed` values of sample ``i``'s
+    stream (``stoker.random_state.batch_uniforms``), the values the per-sample
+    function would draw one by one. Returns an (N, 4) int64 array of ``(y, x, h, w)``.
+    """
+    H = np.asarray(heights, dtype=np.int64).reshape(-1)
+    W = np.asarray(widths, dtype=np.int64).reshape(-1)
+    n = H.size
+    attempts = max(0, int(num_attempts))
+    u = np.asarray(uniforms, dtype=np.float64).reshape(n, -1)
+    if u.shape[1] < draws_needed(attempts):
+        raise ValueError(f"need {draws_needed(attempts)} uniforms per sample, got {u.shape[1]}")
+    a_lo, a_hi = float(area[0]), float(area[1])
+    r_lo, r_hi = float(aspect_ratio[0]), float(aspect_ratio[1])
+    if a_lo > a_hi or r_lo > r_hi:
+        raise ValueError(f"empty range: area={tuple(area)}, aspect_ratio={tuple(aspect_ratio)}")
+    if r_lo <= 0:
+        raise ValueError(f"aspect_ratio must be positive, got {tuple(aspect_ratio)}")
+    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
+    max_w = np.maximum(1, (Hf * r_hi).astype(np.int64))
+    max_h = np.maximum(1, (Wf / r_lo).astype(np.int64))
+    min_area = a_lo * Hf * Wf
+    too_wide = H * max_w < min_area
+    too_tall = ~too_wide & (W * max_h < min_area)
+    h = np.where(too_wide, H, np.where(too_tall, max_h, 0))
+    w = np.where(too_wide, max_w, np.where(too_tall, W, 0))
+    used = np.zeros(n, np.int64)  # draws taken by the attempts
+    searching = ~too_wide & ~too_tall & (H > 0) & (W > 0)
+    log_lo, log_hi = math.log(r_lo), math.log(r_hi)
+    if attempts and searching.any():
+        target = (a_lo + (a_hi - a_lo) * u[:, 0:2 * attempts:2]) * Hf[:, None] * Wf[:, None]
+        # math.exp, not np.exp: NumPy's SIMD exp may differ from libm's in the last bit, and the
+        # per-sample function uses math.exp.
+        logs = log_lo + (log_hi - log_lo) * u[:, 1:2 * attempts:2]
+        ratio = np.fromiter(map(math.exp, logs.ravel().tolist()), np.float64, logs.size).reshape(logs.shape)
+        cw = np.maximum(1, np.floor(np.sqrt(target * ratio) + 0.5)).astype(np.int64)
+        ch = np.maximum(1, np.floor(np.sqrt(target / ratio) + 0.5)).astype(np.int64)
+        ok = (cw <= W[:, None]) & (ch <= H[:, None]) & (r_lo <= cw / ch) & (cw / ch <= r_hi)
+        ok &= searching[:, None]
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        rows = np.arange(n)
+        h = np.where(hit, ch[rows, first], h)
+        w = np.where(hit, cw[rows, first], w)
+        used = np.where(searching, np.where(hit, 2 * (first + 1), 2 * attempts), 0)
+        searching &= ~hit
+    if searching.any():  # every attempt failed: the fallback window
+        aspect = Wf / np.where(H > 0, Hf, 1.0)
+        fh = np.where(aspect > r_hi, H, np.where(aspect < r_lo, max_h, H))
+        fw = np.where(aspect > r_hi, max_w, np.where(aspect < r_lo, W, W))
+        shrink = np.sqrt(np.minimum(1.0, a_hi * Hf * Wf / (fh * fw)))
+        fh = np.maximum(1, (fh * shrink).astype(np.int64))
+        fw = np.maximum(1, (fw * shrink).astype(np.int64))
+        h = np.where(searching, fh, h)
+        w = np.where(searching, fw, w)
+    h, w = np.minimum(h, H), np.minimum(w, W)
+    rows = np.arange(n)
+    ux = u[rows, np.minimum(used, u.shape[1] - 2)]
+    uy = u[rows, np.minimum(used + 1, u.shape[1] - 1)]
+    span_x, span_y = W - w + 1, H - h + 1
+    x = np.minimum((ux * span_x).astype(np.int64), span_x - 1)
+    y = np.minimum((uy * span_y).astype(np.int64), span_y - 1)
+    out = np.stack([y, x, h, w], axis=1).astype(np.int64)
+    empty = (H <= 0) | (W <= 0)
+    if empty.any():
+        out[empty] = np.stack([np.zeros(n, np.int64), np.zeros(n, np.int64), np.maximum(H, 0), np.maximum(W, 0)],
+                              axis=1)[empty]
+    return out
