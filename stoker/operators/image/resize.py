@@ -87,6 +87,7 @@ class Resize(LayoutAware):
             raise arg_error("resize", "max_size", "must not be negative")
         if len(self.size_methods(())) > 1:
             raise arg_error("resize", self.size_methods(())[1], self._methods_message(self.size_methods(())))
+        self._plans: dict = {}  # resize plans by input size and per-sample size arguments
 
     _SEPARATE = ("resize_x", "resize_y", "resize_z")
 
@@ -131,12 +132,22 @@ class Resize(LayoutAware):
         in_size = [img.shape[a] for a in axes]
         if min(in_size) < 1:
             raise self.error(f"cannot resize an empty sample of shape {img.shape}")
-        plan = resize_plan(in_size, self.requested(args, len(axes)), mode=self.args["mode"],
-                           max_size=self.args["max_size"],
-                           resize_shorter=float(args.get("resize_shorter") or 0),
-                           resize_longer=float(args.get("resize_longer") or 0),
-                           roi_start=_flat(args.get("roi_start")), roi_end=_flat(args.get("roi_end")),
-                           roi_relative=self.args["roi_relative"], subpixel_scale=self.args["subpixel_scale"])
+        requested = self.requested(args, len(axes))
+        shorter, longer = float(args.get("resize_shorter") or 0), float(args.get("resize_longer") or 0)
+        roi_start, roi_end = _flat(args.get("roi_start")), _flat(args.get("roi_end"))
+        # The plan depends only on these values: cache it (training data has few distinct sizes),
+        # which takes its Python arithmetic out of the per-sample path that holds the GIL.
+        key = (tuple(in_size), tuple(requested), shorter, longer,
+               None if roi_start is None else tuple(roi_start), None if roi_end is None else tuple(roi_end))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = resize_plan(in_size, requested, mode=self.args["mode"], max_size=self.args["max_size"],
+                               resize_shorter=shorter, resize_longer=longer, roi_start=roi_start,
+                               roi_end=roi_end, roi_relative=self.args["roi_relative"],
+                               subpixel_scale=self.args["subpixel_scale"])
+            if len(self._plans) >= 8192:
+                self._plans.clear()
+            self._plans[key] = plan
         mn, mg = _filters(args)
         out = resample(img, axes, plan.out_size, plan.lo, plan.hi, min_filter=mn, mag_filter=mg,
                        antialias=self.args["antialias"], dtype=self.args["dtype"])
