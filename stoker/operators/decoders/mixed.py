@@ -88,7 +88,9 @@ class _State:
         self.timing = collections.Counter()  # seconds spent, for benchmarks
         self.device_id = device_id
         self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
-        self.worker = None  # the thread that runs the hardware decode calls
+        self.worker = None  # the thread(s) that run the hardware decode calls
+        self.lanes: list = []  # (decoder, stream, lock) used in turn
+        self.next_lane = -1
         # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
@@ -101,25 +103,39 @@ class _State:
 
             try:
                 self.hw = HardwareDecoder(self.device_id)
+                self.lanes = [(self.hw, None, threading.Lock())]
+                # STOKER_NVJPEG_STREAMS=2: two decoders, each on its own stream, so that one
+                # batch's host-side parsing overlaps the other's engine work.
+                cp = _cupy_mod()
+                for _ in range(int(os.environ.get("STOKER_NVJPEG_STREAMS", "1")) - 1):
+                    with cp.cuda.Device(self.device_id):
+                        self.lanes.append((HardwareDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
+                                           threading.Lock()))
             except (NvjpegUnavailable, OSError) as e:
                 self.hw_problem = str(e)
         return self.hw
 
+    def lane(self):
+        """(decoder, its own stream or None for the pipeline's, lock) for the next batch."""
+        self.next_lane += 1
+        return self.lanes[self.next_lane % len(self.lanes)]
+
     def submit(self, job):
-        """Run ``job`` on the decoder's own thread (one nvJPEG call at a time, beside the stages)."""
+        """Run ``job`` on the decoder's own thread(s), beside the pipeline's stages."""
         if self.worker is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.worker = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg")
+            self.worker = ThreadPoolExecutor(len(self.lanes), thread_name_prefix="stoker-nvjpeg")
         return self.worker.submit(job)
 
     def close(self) -> None:
         if self.worker is not None:
             self.worker.shutdown(wait=True)
             self.worker = None
-        if self.hw is not None:
-            self.hw.close()
-            self.hw = None
+        for decoder, _, _ in self.lanes:
+            decoder.close()
+        self.lanes = []
+        self.hw = None
 
     def retire(self, stream) -> None:
         cp = _cupy_mod()
@@ -420,20 +436,32 @@ def _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw) -> dict:
     hw_enc = [arrays[i] for i in hw_idx]
     hw_wins = np.asarray([wins[i] for i in hw_idx], np.int64).reshape(-1, 4)
 
+    decoder, own_stream, lock = st.lane()
+
     def job():
         t0 = time.perf_counter()
         with cp.cuda.Device(device_id), stream:
             # Allocated on the pipeline's stream and decoded in its order: memory CuPy's pool hands
             # back was last used by work already queued there.
             buf = cp.empty(total, cp.uint8)
-        error = None
+        error, done = None, None
         if hw_idx:
+            on = stream
+            if own_stream is not None:  # a second lane: its stream waits for the allocation point
+                start = cp.cuda.Event(disable_timing=True)
+                start.record(stream)
+                own_stream.wait_event(start)
+                on = own_stream
             try:
-                hw.decode_into(hw_enc, hw_wins, buf.data.ptr + offsets[hw_idx], stream, fixed_batch=n)
+                with lock:
+                    decoder.decode_into(hw_enc, hw_wins, buf.data.ptr + offsets[hw_idx], on, fixed_batch=n)
             except NvjpegUnavailable as e:
                 error = e
+            if own_stream is not None:
+                done = cp.cuda.Event(disable_timing=True)
+                done.record(own_stream)
         st.timing["hw_decode_call_s"] += time.perf_counter() - t0
-        return buf, error
+        return buf, error, done
 
     future = st.submit(job)
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
@@ -468,7 +496,9 @@ def _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     n, shapes, offsets = prep["n"], prep["shapes"], prep["offsets"]
     cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
     t0 = time.perf_counter()
-    buf, error = prep["hw_future"].result()
+    buf, error, done = prep["hw_future"].result()
+    if done is not None:
+        stream.wait_event(done)
     st.timing["hw_wait_s"] += time.perf_counter() - t0
     st.timing["batches"] += 1
 
