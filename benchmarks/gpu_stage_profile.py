@@ -1,0 +1,157 @@
+"""Where a GPU pipeline's time goes: per-stage and per-operator host time, and a sampling
+profile of every thread (what each stage thread is doing or waiting for).
+
+    python benchmarks/gpu_stage_profile.py DATA_DIR [--kinds train,val] [--seconds 4] [--profile]
+
+Runs the standard training / validation pipelines of shared/bench/gpu_bench.py
+(batch 256, 16 threads) for ``--seconds`` each after a warm-up and prints
+images/s, milliseconds per batch of each executor stage and operator, and the
+mixed decoder's own timers (hardware call, waits). ``--profile`` adds a
+statistical profile: every 3 ms the innermost frame of each thread is counted,
+grouped by thread (pool, stage threads, decoder thread, reader thread). The
+sampler takes the GIL briefly, so its own run is a little slower.
+Environment variables of stoker (STOKER_NVJPEG_HW, STOKER_CPU_DECODE_SHARE,
+STOKER_NVJPEG_STREAMS, STOKER_READER_PROCESS, ...) apply as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import threading
+import time
+
+B = 256
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+def instrument(timers: collections.Counter) -> None:
+    """Time the executor's stages and every operator run (host wall time)."""
+    from stoker.pipeline import executor as ex
+
+    for name in ("_run_cpu_stage", "_run_gpu_stage", "_prepare_gpu_nodes"):
+        orig = getattr(ex.Executor, name)
+
+        def timed(self, it, *a, _orig=orig, _name=name):
+            t = time.perf_counter()
+            try:
+                return _orig(self, it, *a)
+            finally:
+                timers[_name] += time.perf_counter() - t
+
+        setattr(ex.Executor, name, timed)
+    orig_node = ex.Executor._run_node
+
+    def run_node(self, node, it, gpu):
+        t = time.perf_counter()
+        try:
+            orig_node(self, node, it, gpu)
+        finally:
+            timers[("gpu:" if gpu else "cpu:") + node.op_name] += time.perf_counter() - t
+
+    ex.Executor._run_node = run_node
+
+
+class Sampler(threading.Thread):
+    """Counts the innermost frame (and the innermost stoker frame) of every other thread."""
+
+    def __init__(self, interval: float = 0.003):
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.stop = False
+        self.counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def run(self) -> None:
+        me = threading.get_ident()
+        while not self.stop:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for tid, frame in sys._current_frames().items():
+                if tid == me:
+                    continue
+                name = names.get(tid, "?")
+                group = "pool" if name.startswith("stoker-cpu_") else name.split("_")[0]
+                inner = f"{frame.f_code.co_name} ({os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})"
+                ours, f = None, frame
+                while f is not None and ours is None:
+                    if "stoker" in f.f_code.co_filename:
+                        ours = f"{f.f_code.co_name} ({os.path.basename(f.f_code.co_filename)}:{f.f_lineno})"
+                    f = f.f_back
+                self.counts[group][f"{inner} <= {ours or '-'}"] += 1
+            time.sleep(self.interval)
+
+
+def build(kind: str, root: str):
+    import stoker.fn as fn
+    import stoker.types as types
+    from stoker import pipeline_def
+
+    @pipeline_def(batch_size=B, num_threads=16, device_id=0, seed=1)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=(kind == "train"), name="r")
+        if kind == "train":
+            images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+            images = fn.resize(images, resize_x=224, resize_y=224)
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
+                                              mirror=fn.random.coin_flip())
+        else:
+            images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=256)
+            images = fn.crop_mirror_normalize(images, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+                                              mean=MEAN, std=STD)
+        return images, labels.gpu()
+
+    p = pipe()
+    p.build()
+    return p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("--kinds", default="train,val")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args()
+    timers: collections.Counter = collections.Counter()
+    instrument(timers)
+    for kind in a.kinds.split(","):
+        pipe = build(kind, a.root)
+        for _ in range(4):
+            pipe.run()
+        timers.clear()
+        decoder = next(i for i in pipe._graph.instances.values() if hasattr(i, "_mixed_state"))
+        decoder._mixed_state.timing.clear()
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < a.seconds:
+            pipe.run()
+            n += B
+        dt = time.perf_counter() - t0
+        batches = n // B
+        print(f"== {kind}: {n / dt:.0f} img/s, {dt / batches * 1e3:.1f} ms/batch", flush=True)
+        for k, v in sorted(timers.items()):
+            print(f"   {k}: {v / batches * 1e3:.1f} ms/batch")
+        timing = decoder._mixed_state.timing
+        for k, v in sorted(timing.items()):
+            if k != "batches":
+                print(f"   mixed.{k}: {v / max(timing['batches'], 1) * 1e3:.1f} ms/batch")
+        if a.profile:
+            sampler = Sampler()
+            sampler.start()
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < a.seconds:
+                pipe.run()
+            sampler.stop = True
+            sampler.join()
+            for group, counts in sampler.counts.items():
+                total = sum(counts.values())
+                print(f"  -- thread {group}: {total} samples")
+                for k, v in counts.most_common(8):
+                    print(f"     {100 * v / total:5.1f}% {k}")
+        pipe.close()
+
+
+if __name__ == "__main__":
+    main()
