@@ -34,6 +34,11 @@ from stoker.pipeline.graph import Graph
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
+
+
+def is_gpu_batch(value) -> bool:
+    """True for a TensorListGPU (checked without importing CuPy)."""
+    return type(value).__name__ == "TensorListGPU"
 _log = logging.getLogger("stoker")
 _MAX_REFILL_ROUNDS = 16
 # error_reports keeps the latest entries only: a long run over data with many bad files would
@@ -76,6 +81,7 @@ class Executor:
         self.tracker = Tracker(graph, batch_size, on_error)
         from stoker.operators.base import Reader
 
+        self._output_keys = {(o.source.id, o.index) for o in graph.outputs}
         self._refillable = bool(graph.source_nodes) and all(
             isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
         self.tracker.can_skip = self._refillable
@@ -211,6 +217,14 @@ class Executor:
                 for node in self.graph.gpu_nodes:
                     self._run_node(node, it, gpu=True)
                 it.done_event = self.gpu.record_event()
+                # Device intermediates (decoded images, resized batches) go back to the memory
+                # pool now, not when the consumer takes the outputs: with a full output queue
+                # they were most of the GPU memory held. Reuse is ordered on this stream.
+                for key in [k for k, v in it.values.items() if k not in self._output_keys and is_gpu_batch(v)]:
+                    del it.values[key]
+                prepared = it.values.get("prepared") or {}
+                for node in self.graph.gpu_nodes:  # a mixed decoder's host half holds its device buffer
+                    prepared.pop(node.id, None)
         except BaseException as e:  # noqa: BLE001
             it.error = e
 
