@@ -147,6 +147,17 @@ def test_dali_arguments_exist(name, schema):
 
 
 @pytest.mark.parametrize("name,schema", PAIRS)
+def test_deprecated_aliases_still_accepted(name, schema):
+    """DALI's deprecated argument names that it still accepts (renamed, not removed) work in
+    ported scripts too."""
+    d = _dali(name)
+    aliases = [a for a in d.GetArgumentNames() if not a.startswith("_") and d.IsDeprecatedArg(a)
+               and not d.DeprecatedArgInfo(a).get("removed") and d.DeprecatedArgInfo(a).get("renamed_to")]
+    missing = [a for a in aliases if schema.arg(a) is None]
+    assert not missing, f"{name}: DALI still accepts the deprecated names {missing}; stoker does not"
+
+
+@pytest.mark.parametrize("name,schema", PAIRS)
 def test_per_sample_arguments_are_tensor(name, schema):
     bad = _not_tensor(name, schema)
     allowed = {a for (n, a) in NOT_TENSOR_OK if n == name}

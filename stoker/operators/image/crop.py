@@ -136,6 +136,7 @@ class Crop(LayoutAware):
               Arg("rounding", "str", "round", doc="'round' (halves away from zero) or 'truncate': how the "
                                                    "window's anchor is made whole"),
               Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
+              Arg("output_dtype", "dtype", None, doc="deprecated name of dtype"),
               Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
         devices=("cpu",),
     )
@@ -144,6 +145,7 @@ class Crop(LayoutAware):
         check_crop_args("crop", self.args)
         if self.args["rounding"] not in ("round", "truncate"):
             raise arg_error("crop", "rounding", f"must be 'round' or 'truncate', got {self.args['rounding']!r}")
+        self.dtype = _dtype_or_alias("crop", self.args, "output_dtype")
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
@@ -156,6 +158,15 @@ class Crop(LayoutAware):
             anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
             out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
                              self.args["fill_values"], "crop")
-        if self.args["dtype"] is not None and out.dtype != self.args["dtype"]:
-            return convert(out, self.args["dtype"])
+        if self.dtype is not None and out.dtype != self.dtype:
+            return convert(out, self.dtype)
         return np.array(out, order="C", copy=True)  # a new buffer, never a view of the input
+
+
+def _dtype_or_alias(op: str, args: dict, alias: str):
+    """``dtype``, or its deprecated name ``alias`` (DALI still accepts both, never together)."""
+    if args.get(alias) is None:
+        return args["dtype"]
+    if args["dtype"] is not None:
+        raise arg_error(op, alias, "is a deprecated name of 'dtype'; give only one of them")
+    return args[alias]

@@ -66,11 +66,15 @@ class Shapes(Operator):
     """The shape of each sample, as a 1D tensor."""
 
     schema = Schema(name="shapes", doc="Returns the shape of each input sample as a 1D tensor.",
-                    args=[Arg("dtype", "dtype", types.INT64, doc="output type")],
+                    args=[Arg("dtype", "dtype", types.INT64, doc="output type"),
+                          Arg("type", "dtype", None, doc="deprecated name of dtype")],
                     devices=("cpu",))
 
+    def setup(self):
+        self.dtype = self.args["dtype"] if self.args.get("type") is None else self.args["type"]
+
     def run_sample(self, inputs, args, ctx):
-        return np.asarray(inputs[0].shape, dtype=self.args["dtype"])
+        return np.asarray(inputs[0].shape, dtype=self.dtype)
 
     def output_layouts(self, input_layouts):
         return [""]

@@ -23,6 +23,7 @@ CROP_CASES = [
     dict(crop=(200, 150), out_of_bounds_policy="trim_to_shape"),
     dict(crop=(20, 20), crop_pos_x=1.0, crop_pos_y=0.0, dtype=types.FLOAT),
     dict(crop=(0.5, 30), crop_pos_x=0.2), dict(crop_h=-4, crop_w=7),  # extents < 1 keep the axis whole
+    dict(crop=(20, 20), output_dtype=types.FLOAT),  # DALI's deprecated name of dtype
 ]
 
 

@@ -106,3 +106,8 @@ def test_reshape_per_sample_src_dims():
 def test_get_property_requires_key():
     with pytest.raises(StokerError, match="get_property.*key"):
         run_graph("stoker", lambda fn, t, x: fn.get_property(x), X32)
+
+
+@pytest.mark.oracle
+def test_shapes_deprecated_type_matches_dali():
+    check(lambda fn, t, x: fn.shapes(x, type=t.INT32), X32)
