@@ -10,6 +10,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
+from stoker.operators.image import resample_torch
 from stoker.operators.image.crop import LayoutAware, spatial_axes_of
 from stoker.operators.image.geometry import RESIZE_MODES, resize_plan
 from stoker.operators.image.resample import resample
@@ -88,6 +89,9 @@ class Resize(LayoutAware):
         if len(self.size_methods(())) > 1:
             raise arg_error("resize", self.size_methods(())[1], self._methods_message(self.size_methods(())))
         self._plans: dict = {}  # resize plans by input size and per-sample size arguments
+        # Import torch for the 8-bit fast path now, on the thread that builds the pipeline, rather
+        # than inside the first batch on a pool thread (see resample_torch).
+        resample_torch.available()
 
     _SEPARATE = ("resize_x", "resize_y", "resize_z")
 
