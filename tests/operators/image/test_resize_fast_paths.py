@@ -103,3 +103,17 @@ def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype, run_stoker):
     gray = run_stoker("crop_mirror_normalize", batch[1:], mean=[5.0], std=[2.0], mirror=mirror)
     want_g = (batch[1].astype(np.float64)[:, ::-1] if mirror else batch[1]) - 5.0
     np.testing.assert_allclose(gray[0][0], want_g[:, :, 0] / 2.0, atol=1e-5)
+
+
+@needs_torch
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", [dict(resize_x=224, resize_y=224), dict(resize_shorter=256), dict(size=(100, 333))])
+def test_training_sizes_match_dali(case, run_stoker, run_dali):
+    """The benchmark's resizes on noise at ImageNet-like sizes (the torch and torch + Pillow paths)."""
+    rng = np.random.default_rng(11)
+    batch = [rng.integers(0, 256, s, np.uint8) for s in [(316, 300, 3), (457, 471, 3), (375, 500, 3), (97, 230, 3)]]
+    ours, theirs = run_stoker("resize", batch, **case), run_dali("resize", batch, **case)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        worst, mean = _diff(a, b)
+        assert worst <= 1 and mean < 0.25, (case, a.shape, worst, mean)
