@@ -173,11 +173,11 @@ class Tracker:
         ordinals and marks; returns k. ``has_samples``: the batch already holds good samples."""
         tr = it.track
         take = count
-        if self.readers and self.padded:
+        if self.readers and self.padded and self.can_skip:  # (refilling and padding need readers only)
             # A padded reader's pass ends on a batch boundary: take no sample of the next pass
             # into this batch (it is padded instead), unless it has no sample to pad with.
             left = self.padded[0].padding_left()
-            if not has_samples and left and self.can_skip:
+            if not has_samples and left:
                 advance(left)  # skipped samples moved the padding into a batch of its own: drop it
             epoch = self.padded[0].position()[0]
             if tr.pass_start is None or (epoch != tr.pass_start and not has_samples):

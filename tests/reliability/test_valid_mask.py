@@ -156,3 +156,26 @@ def test_mask_cannot_feed_a_cpu_operator(files):
     with pytest.raises(PipelineBuildError, match="valid_mask"):
         pipe.build()
     pipe.close()
+
+
+@pytest.mark.gpu
+def test_mask_moved_to_the_gpu_matches_the_host_mask(files):
+    """.gpu() of the mask runs in the GPU stage, after the batch was repaired: same values."""
+    def build(device_id):
+        @pipeline_def(batch_size=B, num_threads=2, device_id=device_id, seed=5, on_error="substitute")
+        def p():
+            jpegs, labels = fn.readers.file(files=files, labels=list(range(N)), name="Reader")
+            mask = fn.valid_mask()
+            images = fn.decoders.image(jpegs)
+            return (images.gpu(), labels, mask.gpu()) if device_id is not None else (images, labels, mask)
+
+        return p()
+
+    gpu, cpu = build(0), build(None)
+    for _ in range(3):
+        gi, gl, gm = gpu.run()
+        ci, cl, cm = cpu.run()
+        assert np.array_equal(np.asarray(gm.as_cpu().as_array()), np.asarray(cm.as_array()))
+        assert np.array_equal(np.asarray(gl.as_array()), np.asarray(cl.as_array()))
+    gpu.close()
+    cpu.close()
