@@ -78,6 +78,18 @@ DEFAULT_OK = {
     ("random_resized_crop", "min_filter"): "None = interp_type, as DALI",
 }
 
+# Argument kinds (stoker's converters) that take what DALI's argument types take.
+KINDS_FOR_DALI_TYPE = {
+    "FLOAT": ("float",), "INT32": ("int",), "INT64": ("int",), "UINT32": ("int",), "BOOL": ("bool",),
+    "STRING": ("str", "layout"), "TENSOR_LAYOUT": ("layout",), "_FLOAT_VEC": ("float_list",),
+    "_INT32_VEC": ("int_list", "float_list"), "_INT64_VEC": ("int_list",), "_STRING_VEC": ("str_list",),
+    "DATA_TYPE": ("dtype",), "IMAGE_TYPE": ("image_type",), "INTERP_TYPE": ("interp",),
+}
+KIND_OK = {
+    ("normalize", "mean"): "a list: DALI's scalar type, but per sample a whole tensor of means",
+    ("normalize", "stddev"): "as mean",
+}
+
 # (d) input counts that differ on purpose.
 INPUTS_OK: dict[str, str] = {}
 
@@ -164,6 +176,22 @@ def test_per_sample_arguments_are_tensor(name, schema):
     assert not bad - allowed, f"{name}: DALI takes {sorted(bad - allowed)} per sample; stoker only as constants"
     stale = allowed - bad
     assert not stale, f"{name}: {sorted(stale)} are per-sample now; drop them from NOT_TENSOR_OK"
+
+
+@pytest.mark.parametrize("name,schema", PAIRS)
+def test_argument_kinds_take_dalis_types(name, schema):
+    """A value DALI accepts converts in stoker ('any' takes everything)."""
+    d = _dali(name)
+    bad = {}
+    for a in _visible_args(d):
+        spec = schema.arg(a)
+        dali_type = str(d.GetArgumentType(a)).rsplit(".", 1)[-1]
+        kinds = KINDS_FOR_DALI_TYPE.get(dali_type)
+        if spec is None or kinds is None or spec.kind == "any" or (name, a) in KIND_OK:
+            continue
+        if spec.kind not in kinds:
+            bad[a] = f"DALI {dali_type}, stoker {spec.kind}"
+    assert not bad, f"{name}: argument kinds narrower than DALI's types: {bad}"
 
 
 def _parse_default(text: str):
