@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+_BACKEND_GPU_HYBRID = 2
 _BACKEND_HARDWARE = 3
 _OUTPUT_RGBI = 5
 
@@ -52,6 +53,7 @@ _SIGNATURES = {
     "nvjpegDecodeParamsSetOutputFormat": (_VP, _INT),
     "nvjpegDecodeParamsSetROI": (_VP, _INT, _INT, _INT, _INT),
     "nvjpegDecodeBatchedEx": (_VP, _VP, _PVP, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_Image), _PVP, _VP),
+    "nvjpegDecodeBatched": (_VP, _VP, _PVP, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_Image), _VP),
 }
 
 
@@ -127,6 +129,8 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
 class HardwareDecoder:
     """Batched ROI decoding to interleaved RGB on one GPU's hardware JPEG engines."""
 
+    backend = _BACKEND_HARDWARE
+
     def __init__(self, device_id: int):
         self.releasing, self.holding = _load()
         from stoker.backend.cuda import _cupy
@@ -135,8 +139,8 @@ class HardwareDecoder:
         self.device_id = device_id
         with self.cp.cuda.Device(device_id):
             self.handle = ctypes.c_void_p()
-            _check(self.holding.nvjpegCreateEx(_BACKEND_HARDWARE, None, None, 0, ctypes.byref(self.handle)),
-                   "nvjpegCreateEx(hardware backend)")
+            _check(self.holding.nvjpegCreateEx(self.backend, None, None, 0, ctypes.byref(self.handle)),
+                   f"nvjpegCreateEx(backend {self.backend})")
             self.state = ctypes.c_void_p()
             _check(self.holding.nvjpegJpegStateCreate(self.handle, ctypes.byref(self.state)), "nvjpegJpegStateCreate")
         self.params: list[ctypes.c_void_p] = []
@@ -218,3 +222,43 @@ class HardwareDecoder:
         if getattr(self, "handle", None):
             self.holding.nvjpegDestroy(self.handle)
             self.handle = None
+
+
+class HybridDecoder(HardwareDecoder):
+    """nvJPEG's GPU-hybrid backend: Huffman decoding on nvJPEG's own CPU threads (no GIL), the
+    rest on the GPU. It takes no region of interest (nvJPEG answers status 9), so images decode
+    whole; the caller crops. Used beside the engines for a share of each batch, as DALI does."""
+
+    backend = _BACKEND_GPU_HYBRID
+
+    def decode_full_into(self, datas: list[np.ndarray], shapes, dst_ptrs, stream, fixed_batch: int = 0) -> None:
+        """Decode whole images (``shapes[i]`` = (h, w)) as interleaved RGB to ``dst_ptrs[i]``.
+
+        ``fixed_batch`` pads with repeats of the first image decoded into scratch memory.
+        Raises NvjpegUnavailable when nvJPEG refuses the batch."""
+        real = len(datas)
+        shapes = np.asarray(shapes, dtype=np.int64).reshape(real, 2)
+        dst_ptrs = np.asarray(dst_ptrs, dtype=np.int64).reshape(real)
+        scratch = None
+        if fixed_batch > real > 0:
+            pad = fixed_batch - real
+            size = int(shapes[0, 0] * shapes[0, 1] * 3)
+            with self.cp.cuda.Device(self.device_id), stream:
+                scratch = self.cp.empty(size * pad, dtype=self.cp.uint8)
+            datas = list(datas) + [datas[0]] * pad
+            shapes = np.concatenate([shapes, np.tile(shapes[:1], (pad, 1))])
+            dst_ptrs = np.concatenate([dst_ptrs, scratch.data.ptr + np.arange(pad, dtype=np.int64) * size])
+        n = len(datas)
+        self._ensure(n)
+        data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
+        sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
+        image_table = np.zeros((n, 8), np.uint64)
+        image_table[:, 0] = dst_ptrs
+        image_table[:, 4] = shapes[:, 1] * 3
+        _check(self.releasing.nvjpegDecodeBatched(
+            self.handle, self.state, (ctypes.c_void_p * n).from_buffer(data_ptrs),
+            (ctypes.c_size_t * n).from_buffer(sizes), (_Image * n).from_buffer(image_table),
+            ctypes.c_void_p(stream.ptr)), "nvjpegDecodeBatched(hybrid)")
+        if scratch is not None:
+            self._scratch = scratch
+

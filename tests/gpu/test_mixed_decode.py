@@ -185,3 +185,25 @@ def test_hardware_path_names_a_corrupt_sample(batch_ctx, rng):
     enc[1] = np.frombuffer(b"\xff\xd8\xff\xe0 definitely not a jpeg", np.uint8)
     with pytest.raises(OperatorError, match="s1"):
         _run(_hw_op(), "image", enc, batch_ctx)
+
+
+@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
+def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
+    from stoker.operators.base import SampleContext
+    from stoker.operators.random.crop_window import sample_crop_window
+
+    imgs = _smooth_images(rng, 8)
+    enc = [_jpeg(im) for im in imgs]
+    op = _hw_op()
+    op._mixed_state.hybrid_share = 0.5
+    if op._mixed_state.hybrid() is None:
+        pytest.skip(f"no nvJPEG hybrid backend: {op._mixed_state.hybrid_problem}")
+    got, tl = _run(op, kind, enc, batch_ctx)
+    assert op._mixed_state.timing["hybrid_call_s"] > 0 and tl._flat is not None
+    for i, (g, buf) in enumerate(zip(got, enc)):
+        want = _ref(buf)
+        if kind == "image_random_crop":
+            y, x, h, w = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *want.shape[:2])
+            want = want[y:y + h, x:x + w]
+        assert g.shape == want.shape
+        assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0

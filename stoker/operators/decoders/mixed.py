@@ -91,6 +91,12 @@ class _State:
         self.worker = None  # the thread(s) that run the hardware decode calls
         self.lanes: list = []  # (decoder, stream, lock) used in turn
         self.next_lane = -1
+        # Share of each batch for nvJPEG's GPU-hybrid backend beside the engines (as DALI's
+        # hw_decoder_load splits a batch); STOKER_HYBRID_SHARE.
+        self.hybrid_share = float(os.environ.get("STOKER_HYBRID_SHARE", "0"))
+        self.hybrid_lane = None
+        self.hybrid_worker = None
+        self.hybrid_problem = None
         # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
@@ -115,6 +121,29 @@ class _State:
                 self.hw_problem = str(e)
         return self.hw
 
+    def hybrid(self):
+        """nvJPEG's GPU-hybrid decoder (its own thread and stream), when a hybrid share is asked
+        for and the hardware path is on; else None."""
+        if self.hybrid_lane is None and self.hybrid_share > 0 and self.hardware() is not None \
+                and self.hybrid_problem is None:
+            from stoker.backend.nvjpeg import HybridDecoder, NvjpegUnavailable
+
+            cp = _cupy_mod()
+            try:
+                with cp.cuda.Device(self.device_id):
+                    self.hybrid_lane = (HybridDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
+                                        threading.Lock())
+            except (NvjpegUnavailable, OSError) as e:
+                self.hybrid_problem = str(e)
+        return self.hybrid_lane
+
+    def submit_hybrid(self, job):
+        if self.hybrid_worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.hybrid_worker = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg-hybrid")
+        return self.hybrid_worker.submit(job)
+
     def lane(self):
         """(decoder, its own stream or None for the pipeline's, lock) for the next batch."""
         self.next_lane += 1
@@ -129,9 +158,13 @@ class _State:
         return self.worker.submit(job)
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.shutdown(wait=True)
-            self.worker = None
+        for worker in (self.worker, self.hybrid_worker):
+            if worker is not None:
+                worker.shutdown(wait=True)
+        self.worker = self.hybrid_worker = None
+        if self.hybrid_lane is not None:
+            self.hybrid_lane[0].close()
+            self.hybrid_lane = None
         for decoder, _, _ in self.lanes:
             decoder.close()
         self.lanes = []
@@ -269,7 +302,9 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     # batch, on the decoder's own thread); the rest (progressive, gray, EXIF-rotated) to the CPU.
     hw = st.hardware() if on_gpu and not gray else None
     if hw is not None:
-        return _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw)
+        from stoker.operators.decoders._hardware_path import prepare_hardware
+
+        return prepare_hardware(op, kind, batch, enc, arg_inputs, st)
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n
     gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS] if on_gpu else []
@@ -307,7 +342,9 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     if prep is None:
         prep = prepare(op, kind, batch, inputs, arg_inputs)
     if prep.get("hardware"):
-        return _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start)
+        from stoker.operators.decoders._hardware_path import finish_hardware
+
+        return finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start)
     n, gray, gpu_idx = prep["n"], prep["gray"], prep["gpu_idx"]
     cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
     results: list = [None] * n
@@ -354,187 +391,6 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
         for i, arr, off in zip(cpu_idx, host, offsets):
             results[i] = buf[off:off + arr.nbytes].reshape(arr.shape)
     out = TensorListGPU(results, "HWC", prep["sources"][:n] or None)
-    st.timing["total_s"] += time.perf_counter() - t_start
-    return [out]
-
-
-_RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
-
-
-def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
-    """Windows (y0, x0, h, w), clipped, of every sample whose size is known (else None).
-
-    Random crops with batch-wide arguments are drawn for the whole batch at once
-    (:func:`sample_crop_windows`, the same windows as the per-sample sampler)."""
-    from stoker.operators.random.crop_window import draws_needed, sample_crop_windows
-    from stoker.random_state import batch_uniforms
-
-    n = len(sizes)
-    known = sizes[:, 0] > 0
-    if kind == "image":
-        return [(0, 0, int(h), int(w)) if k else None for (h, w), k in zip(sizes.tolist(), known)]
-    if kind == "image_random_crop" and not set(arg_inputs) & set(_RANDOM_CROP_ARGS):
-        args = op.args
-        area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
-        aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
-        attempts = int(_first(args.get("num_attempts"), 10))
-        u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
-        wins = sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts)
-        return [tuple(w) if k else None for w, k in zip(wins.tolist(), known)]
-    out = []
-    for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):
-        win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w) if k else None
-        out.append(None if not k else (0, 0, h, w) if win is None else _clip(win, h, w))
-    return out
-
-
-def _prepare_hardware(op, kind, batch, enc, arg_inputs, st, hw) -> dict:
-    """Host half of a decode on the hardware engines: windows, output slots, and the nvJPEG call
-    started on the decoder's thread.
-
-    Every sample gets a slot in one flat output buffer: first the engines' images,
-    then, back to back, those decoded on the CPU pool (formats the engines cannot
-    take, and the CPU share), so that the CPU results go up in one copy.
-    """
-    from stoker.backend import cuda
-    from stoker.backend.nvjpeg import NvjpegUnavailable, hardware_eligible
-
-    cp = cuda._cupy()
-    n = len(enc)
-    arrays = [np.asarray(d) for d in enc]
-    heads: list = [None] * n
-    sizes = np.zeros((n, 2), np.int64)
-    hw_idx: list[int] = []
-    for i, a in enumerate(arrays):
-        size = hardware_eligible(a)
-        if size is not None:
-            heads[i] = (None, "jpeg", size[0], size[1])
-            hw_idx.append(i)
-        else:
-            heads[i] = _header(a)
-        sizes[i] = heads[i][2], heads[i][3]
-    wins = _windows(op, kind, batch, arg_inputs, sizes)
-    # A share of the engines' images decodes on the CPU pool at the same time
-    # (STOKER_CPU_DECODE_SHARE, default 0).
-    n_cpu = int(round(len(hw_idx) * st.cpu_share))
-    moved = hw_idx[len(hw_idx) - n_cpu:] if n_cpu else []
-    hw_idx = hw_idx[:len(hw_idx) - n_cpu]
-    hw_set = set(hw_idx)
-    cpu_idx = [i for i in range(n) if i not in hw_set and i not in moved] + moved
-    shapes = np.zeros((n, 3), np.int64)
-    for i, win in enumerate(wins):
-        if win is not None:
-            shapes[i] = win[2], win[3], 3
-    order = hw_idx + cpu_idx
-    nbytes = shapes.prod(axis=1)
-    offsets = np.zeros(n, np.int64)
-    offsets[order] = np.concatenate([[0], np.cumsum(nbytes[order])[:-1]]) if n else []
-    cpu_start = int(nbytes[hw_idx].sum())
-    total = max(int(nbytes.sum()), 1)
-    stream = cuda.current_stream(batch)
-    device_id = batch.device_id or 0
-    hw_enc = [arrays[i] for i in hw_idx]
-    hw_wins = np.asarray([wins[i] for i in hw_idx], np.int64).reshape(-1, 4)
-
-    decoder, own_stream, lock = st.lane()
-
-    def job():
-        t0 = time.perf_counter()
-        with cp.cuda.Device(device_id), stream:
-            # Allocated on the pipeline's stream and decoded in its order: memory CuPy's pool hands
-            # back was last used by work already queued there.
-            buf = cp.empty(total, cp.uint8)
-        error, done = None, None
-        if hw_idx:
-            on = stream
-            if own_stream is not None:  # a second lane: its stream waits for the allocation point
-                start = cp.cuda.Event(disable_timing=True)
-                start.record(stream)
-                own_stream.wait_event(start)
-                on = own_stream
-            try:
-                with lock:
-                    decoder.decode_into(hw_enc, hw_wins, buf.data.ptr + offsets[hw_idx], on, fixed_batch=n)
-            except NvjpegUnavailable as e:
-                error = e
-            if own_stream is not None:
-                done = cp.cuda.Event(disable_timing=True)
-                done.record(own_stream)
-        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
-        return buf, error, done
-
-    future = st.submit(job)
-    # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
-    # copies its own result there, and the GPU stage only issues one upload.
-    cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
-    staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
-    stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
-    args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
-    tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
-    futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
-    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
-            "hw_idx": hw_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks, "hw_future": future,
-            "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
-            "staging": staging, "sources": list(batch.sources)}
-
-
-def _cpu_staged(args, i, stage, offset: int, shape: tuple):
-    """Decode sample ``i`` on the host and copy it into its place in the pinned staging buffer.
-    Returns (image, whether it was staged: False when its shape is not the slot's)."""
-    img = _cpu_one(*args, i)
-    if tuple(img.shape) != shape or img.dtype != np.uint8:
-        return img, False
-    stage[offset:offset + img.nbytes].reshape(shape)[...] = img
-    return img, True
-
-
-def _finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
-    """Device half: wait for the hardware call, copy the CPU-decoded samples into their slots."""
-    from stoker.operators.transfer import _ring
-    from stoker.tensors_gpu import TensorListGPU
-
-    n, shapes, offsets = prep["n"], prep["shapes"], prep["offsets"]
-    cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
-    t0 = time.perf_counter()
-    buf, error, done = prep["hw_future"].result()
-    if done is not None:
-        stream.wait_event(done)
-    st.timing["hw_wait_s"] += time.perf_counter() - t0
-    st.timing["batches"] += 1
-
-    def cpu_one(i):
-        return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
-
-    done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
-    host = [img for img, _ in done]
-    ring = _ring(batch)
-    fits = all(staged for _, staged in done)
-    if fits and host:  # the CPU region of the buffer: one copy from the staging filled by the pool
-        cp = _cupy_mod()
-        cp.cuda.runtime.memcpyAsync(buf.data.ptr + prep["cpu_start"], prep["staging"].ptr, prep["cpu_total"],
-                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
-        with st.lock:  # the staging stays alive until the stream has passed the copy
-            st.in_use.append([prep["staging"], None])
-            st.retire(stream)
-    if error is not None:  # nvJPEG refused the batch: its images decode on the CPU too
-        redo = list(prep["hw_idx"])
-        again = [batch.pool.submit(cpu_one, i) for i in redo] if batch.pool else None
-        extra = [f.result() for f in again] if again is not None else [cpu_one(i) for i in redo]
-        if all(tuple(a.shape) == tuple(shapes[i]) for i, a in zip(redo, extra)):
-            ring.upload_to(extra, buf.data.ptr + offsets[redo], stream)
-        else:
-            fits = False
-        cpu_idx, host = cpu_idx + redo, host + extra
-    sources = prep["sources"][:n] or None
-    if fits:
-        out = TensorListGPU.from_flat(buf, offsets, shapes, "HWC", sources)
-    else:  # a sample whose size the header did not tell (or EXIF-rotated): a list batch
-        st.timing["list_batches"] += 1
-        results = [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
-        dev, offs = ring.upload_many(host, stream)
-        for i, a, off in zip(cpu_idx, host, offs):
-            results[i] = dev[off:off + a.nbytes].reshape(a.shape)
-        out = TensorListGPU(results, "HWC", sources)
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]
 

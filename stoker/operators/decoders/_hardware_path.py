@@ -1,0 +1,279 @@
+"""The mixed decoders' path through nvJPEG: hardware engines, the GPU-hybrid backend and the CPU.
+
+Host half (:func:`prepare_hardware`, run in the executor's CPU stage):
+
+* each header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`) and
+  every window drawn, random crops for the whole batch at once;
+* every sample gets a slot in one flat device buffer, allocated on the
+  pipeline's stream: first the engines' images, then the hybrid backend's,
+  then, back to back, those decoded on the CPU pool;
+* the engines' call starts on the decoder's thread (GIL released for the
+  call), the hybrid backend's call on its own thread and stream
+  (``STOKER_HYBRID_SHARE`` of each batch, whole images then cropped into their
+  slots by one kernel), and the CPU decodes (formats the engines cannot take,
+  ``STOKER_CPU_DECODE_SHARE``) on the pool, each copying its result into
+  pinned staging laid out like the buffer's CPU region.
+
+Device half (:func:`finish_hardware`, in the GPU stage): wait for the calls,
+one upload of the CPU region, and the batch leaves as a flat ``TensorListGPU``
+(no per-sample Python object).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from stoker.operators.decoders.mixed import (
+    _clip,
+    _cpu_one,
+    _cupy_mod,
+    _first,
+    _header,
+    _pair,
+    _window,
+)
+
+_RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
+
+
+def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
+    """Windows (y0, x0, h, w), clipped, of every sample whose size is known (else None).
+
+    Random crops with batch-wide arguments are drawn for the whole batch at once
+    (:func:`sample_crop_windows`, the same windows as the per-sample sampler)."""
+    from stoker.operators.random.crop_window import draws_needed, sample_crop_windows
+    from stoker.random_state import batch_uniforms
+
+    n = len(sizes)
+    known = sizes[:, 0] > 0
+    if kind == "image":
+        return [(0, 0, int(h), int(w)) if k else None for (h, w), k in zip(sizes.tolist(), known)]
+    if kind == "image_random_crop" and not set(arg_inputs) & set(_RANDOM_CROP_ARGS):
+        args = op.args
+        area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
+        aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
+        attempts = int(_first(args.get("num_attempts"), 10))
+        u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
+        wins = sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts)
+        return [tuple(w) if k else None for w, k in zip(wins.tolist(), known)]
+    out = []
+    for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):
+        win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w) if k else None
+        out.append(None if not k else (0, 0, h, w) if win is None else _clip(win, h, w))
+    return out
+
+
+def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
+    """Host half of a decode through nvJPEG (see the module docstring)."""
+    from stoker.backend import cuda
+    from stoker.backend.nvjpeg import hardware_eligible
+
+    cp = cuda._cupy()
+    n = len(enc)
+    arrays = [np.asarray(d) for d in enc]
+    heads: list = [None] * n
+    sizes = np.zeros((n, 2), np.int64)
+    eligible: list[int] = []
+    for i, a in enumerate(arrays):
+        size = hardware_eligible(a)
+        if size is not None:
+            heads[i] = (None, "jpeg", size[0], size[1])
+            eligible.append(i)
+        else:
+            heads[i] = _header(a)
+        sizes[i] = heads[i][2], heads[i][3]
+    wins = _windows(op, kind, batch, arg_inputs, sizes)
+    shapes = np.zeros((n, 3), np.int64)
+    for i, win in enumerate(wins):
+        if win is not None:
+            shapes[i] = win[2], win[3], 3
+
+    # Shares: the CPU takes the last ones; the hybrid backend the windows covering most of their
+    # image (it decodes whole images, so those waste the least).
+    n_cpu = int(round(len(eligible) * st.cpu_share))
+    moved = eligible[len(eligible) - n_cpu:] if n_cpu else []
+    eligible = eligible[:len(eligible) - n_cpu]
+    hyb_fixed = int(round(n * st.hybrid_share)) if st.hybrid() is not None else 0
+    hyb_idx: list[int] = []
+    if hyb_fixed and eligible:
+        cover = np.array([shapes[i, 0] * shapes[i, 1] / max(1, sizes[i, 0] * sizes[i, 1]) for i in eligible])
+        picked = set(np.asarray(eligible)[np.argsort(-cover, kind="stable")[:hyb_fixed]].tolist())
+        hyb_idx = [i for i in eligible if i in picked]
+        eligible = [i for i in eligible if i not in picked]
+    hw_idx = eligible
+    taken = set(hw_idx) | set(hyb_idx)
+    cpu_idx = [i for i in range(n) if i not in taken and i not in moved] + moved
+
+    order = hw_idx + hyb_idx + cpu_idx
+    nbytes = shapes.prod(axis=1)
+    offsets = np.zeros(n, np.int64)
+    offsets[order] = np.concatenate([[0], np.cumsum(nbytes[order])[:-1]]) if n else []
+    cpu_start = int(nbytes[hw_idx].sum() + nbytes[hyb_idx].sum())
+    stream = cuda.current_stream(batch)
+    device_id = batch.device_id or 0
+    with cp.cuda.Device(device_id), stream:
+        # On the pipeline's stream: memory CuPy's pool hands back was last used by work already
+        # queued there, and every decode below is ordered after this point.
+        buf = cp.empty(max(int(nbytes.sum()), 1), cp.uint8)
+        start = cp.cuda.Event(disable_timing=True)
+        start.record(stream)
+
+    jobs = {}
+    if hw_idx:
+        jobs["hw"] = st.submit(_engines_job(st, arrays, wins, hw_idx, buf, offsets, stream, start, n, device_id))
+    if hyb_idx:
+        jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, buf, offsets, start,
+                                                      hyb_fixed, device_id))
+    # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
+    # copies its own result there, and the GPU stage only issues one upload.
+    cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
+    staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
+    stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
+    args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
+    tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
+    futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
+    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False, "buf": buf,
+            "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks,
+            "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
+            "staging": staging, "sources": list(batch.sources)}
+
+
+def _engines_job(st, arrays, wins, idx, buf, offsets, stream, start, n, device_id):
+    """The hardware engines' call for samples ``idx``: returns (error or None, done event or None)."""
+    from stoker.backend.nvjpeg import NvjpegUnavailable
+
+    cp = _cupy_mod()
+    decoder, own_stream, lock = st.lane()
+    data = [arrays[i] for i in idx]
+    windows = np.asarray([wins[i] for i in idx], np.int64).reshape(-1, 4)
+
+    def job():
+        t0 = time.perf_counter()
+        on, done = stream, None
+        if own_stream is not None:  # a second lane: its stream waits for the allocation point
+            own_stream.wait_event(start)
+            on = own_stream
+        try:
+            with cp.cuda.Device(device_id), lock:
+                decoder.decode_into(data, windows, buf.data.ptr + offsets[idx], on, fixed_batch=n)
+            error = None
+        except NvjpegUnavailable as e:
+            error = e
+        if own_stream is not None:
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(own_stream)
+        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
+        return error, done
+
+    return job
+
+
+def _hybrid_job(st, arrays, wins, sizes, idx, buf, offsets, start, fixed, device_id):
+    """The GPU-hybrid backend's call for samples ``idx``: whole images into scratch memory, then
+    one crop kernel into their slots, all on the hybrid stream. Returns (error, done event, keep)."""
+    from stoker.backend import cuda
+    from stoker.backend.nvjpeg import NvjpegUnavailable
+    from stoker.operators.gpu_registry import grid_for
+
+    cp = _cupy_mod()
+    decoder, own_stream, lock = st.hybrid_lane
+    data = [arrays[i] for i in idx]
+    full = sizes[idx]
+    full_bytes = full[:, 0] * full[:, 1] * 3
+    full_offsets = np.concatenate([[0], np.cumsum(full_bytes)[:-1]]).astype(np.int64)
+    windows = np.asarray([wins[i] for i in idx], np.int64).reshape(-1, 4)
+
+    def job():
+        t0 = time.perf_counter()
+        own_stream.wait_event(start)
+        with cp.cuda.Device(device_id), own_stream:
+            scratch = cp.empty(max(int(full_bytes.sum()), 1), cp.uint8)
+            try:
+                with lock:
+                    decoder.decode_full_into(data, full, scratch.data.ptr + full_offsets, own_stream,
+                                             fixed_batch=fixed)
+            except NvjpegUnavailable as e:
+                return e, None, None
+            table = np.zeros((len(idx), 10), np.int64)  # crop_flip.cu's per-sample table
+            table[:, 0] = scratch.data.ptr + full_offsets
+            table[:, 1] = full[:, 1] * 3
+            table[:, 2:4] = full
+            table[:, 4:8] = windows
+            table[:, 9] = buf.data.ptr + offsets[idx]
+            device_table = cp.asarray(table)
+            grid, block = grid_for(int((windows[:, 2] * windows[:, 3]).max()), len(idx))
+            cuda.load_kernel("crop_flip", "crop_flip")(grid, block, (device_table, np.int32(3)))
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(own_stream)
+        st.timing["hybrid_call_s"] += time.perf_counter() - t0
+        # scratch and table are freed to the hybrid stream's pool once the stage drops them:
+        # later work there is ordered after the crop.
+        return None, done, (scratch, device_table)
+
+    return job
+
+
+def _cpu_staged(args, i, stage, offset: int, shape: tuple):
+    """Decode sample ``i`` on the host and copy it into its place in the pinned staging buffer.
+    Returns (image, whether it was staged: False when its shape is not the slot's)."""
+    img = _cpu_one(*args, i)
+    if tuple(img.shape) != shape or img.dtype != np.uint8:
+        return img, False
+    stage[offset:offset + img.nbytes].reshape(shape)[...] = img
+    return img, True
+
+
+def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
+    """Device half: wait for the calls, copy the CPU-decoded samples into their slots."""
+    from stoker.operators.transfer import _ring
+    from stoker.tensors_gpu import TensorListGPU
+
+    cp = _cupy_mod()
+    n, shapes, offsets, buf = prep["n"], prep["shapes"], prep["offsets"], prep["buf"]
+    cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
+    t0 = time.perf_counter()
+    redo: list[int] = []
+    for name, future in prep["jobs"].items():
+        error, done, *_ = future.result()
+        if done is not None:
+            stream.wait_event(done)
+        if error is not None:  # nvJPEG refused the batch: its images decode on the CPU instead
+            redo += prep["hw_idx"] if name == "hw" else prep["hyb_idx"]
+    st.timing["hw_wait_s"] += time.perf_counter() - t0
+    st.timing["batches"] += 1
+
+    def cpu_one(i):
+        return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
+
+    done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
+    host = [img for img, _ in done]
+    ring = _ring(batch)
+    fits = all(staged for _, staged in done)
+    if fits and host:  # the CPU region of the buffer: one copy from the staging filled by the pool
+        cp.cuda.runtime.memcpyAsync(buf.data.ptr + prep["cpu_start"], prep["staging"].ptr, prep["cpu_total"],
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        with st.lock:  # the staging stays alive until the stream has passed the copy
+            st.in_use.append([prep["staging"], None])
+            st.retire(stream)
+    if redo:
+        again = [batch.pool.submit(cpu_one, i) for i in redo] if batch.pool else None
+        extra = [f.result() for f in again] if again is not None else [cpu_one(i) for i in redo]
+        if all(tuple(a.shape) == tuple(shapes[i]) for i, a in zip(redo, extra)):
+            ring.upload_to(extra, buf.data.ptr + offsets[redo], stream)
+        else:
+            fits = False
+        cpu_idx, host = cpu_idx + redo, host + extra
+    sources = prep["sources"][:n] or None
+    if fits:
+        out = TensorListGPU.from_flat(buf, offsets, shapes, "HWC", sources)
+    else:  # a sample whose size the header did not tell (or EXIF-rotated): a list batch
+        st.timing["list_batches"] += 1
+        results = [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
+        dev, offs = ring.upload_many(host, stream)
+        for i, a, off in zip(cpu_idx, host, offs):
+            results[i] = dev[off:off + a.nbytes].reshape(a.shape)
+        out = TensorListGPU(results, "HWC", sources)
+    st.timing["total_s"] += time.perf_counter() - t_start
+    return [out]
