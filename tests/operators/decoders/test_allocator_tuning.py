@@ -1,0 +1,42 @@
+"""The glibc malloc tuning that the CPU decoder applies on its first decode: opt-out, respect for
+the user's own MALLOC_* settings, and that it takes effect where glibc is the C library."""
+
+import os
+import platform
+import sys
+
+import numpy as np
+import pytest
+
+from stoker.operators.decoders import cpu
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("MALLOC_") or k == "STOKER_MALLOC_TUNING":
+            monkeypatch.delenv(k)
+    return monkeypatch
+
+
+def test_opt_out(clean_env):
+    clean_env.setenv("STOKER_MALLOC_TUNING", "0")
+    assert cpu._tune_allocator() is False
+    assert cpu._ALLOCATOR_TUNED is False
+
+
+def test_user_settings_win(clean_env):
+    clean_env.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
+    assert cpu._tune_allocator() is False
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"),
+                    reason="glibc only")
+def test_applied_on_glibc_and_decoding_still_works(clean_env):
+    import cv2
+
+    assert cpu._tune_allocator() is True
+    img = np.random.default_rng(0).integers(0, 256, (40, 30, 3), np.uint8)
+    ok, enc = cv2.imencode(".png", img[:, :, ::-1])
+    assert ok
+    np.testing.assert_array_equal(cpu.decode_cpu(enc.reshape(-1)), img)
