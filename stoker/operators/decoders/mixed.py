@@ -109,12 +109,10 @@ class _State:
 
             try:
                 self.hw = HardwareDecoder(self.device_id)
+                self.lanes = [(self.hw, None, threading.Lock())]
+                # STOKER_NVJPEG_STREAMS=2: two decoders, each on its own stream, so that one
+                # batch's host-side parsing overlaps the other's engine work.
                 cp = _cupy_mod()
-                # Each decoder works on its own stream (joined to the pipeline's by events): on the
-                # pipeline's stream a decode of the next batch would sit in front of this batch's
-                # uploads and kernels. STOKER_NVJPEG_STREAMS=2: two decoders used in turn.
-                with cp.cuda.Device(self.device_id):
-                    self.lanes = [(self.hw, cp.cuda.Stream(non_blocking=True), threading.Lock())]
                 for _ in range(int(os.environ.get("STOKER_NVJPEG_STREAMS", "1")) - 1):
                     with cp.cuda.Device(self.device_id):
                         self.lanes.append((HardwareDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
