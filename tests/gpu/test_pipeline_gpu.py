@@ -71,3 +71,29 @@ def test_consumer_stream_sees_each_batch_while_memory_is_reused(rng):
     side.synchronize()
     want = [sum(((b.astype(np.float64) - 1.0) / 2.0).sum() for b in batch) for batch in batches]
     np.testing.assert_allclose([float(s) for s in sums], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("ahead", ["1", "3"])
+def test_bounded_decodes_ahead_give_the_same_batches(ahead, sample_jpeg_dir, monkeypatch):
+    """STOKER_DECODES_AHEAD bounds how many decoded batches wait on the device; the batches
+    themselves do not change, and a deep prefetch queue does not deadlock on the permits."""
+    pytest.importorskip("nvidia.nvimgcodec")
+
+    def run(n):
+        @pipeline_def(batch_size=6, num_threads=4, device_id=0, seed=9, prefetch_queue_depth=3)
+        def p():
+            jpegs, _ = fn.readers.file(file_root=sample_jpeg_dir, random_shuffle=True, name="r")
+            imgs = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+            return fn.resize(imgs, resize_x=32, resize_y=32)
+
+        pipe = p()
+        pipe.build()
+        out = [pipe.run()[0].as_cpu().as_array() for _ in range(n)]
+        pipe.close()
+        return out
+
+    want = run(7)
+    monkeypatch.setenv("STOKER_DECODES_AHEAD", ahead)
+    got = run(7)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

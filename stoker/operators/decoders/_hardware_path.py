@@ -21,6 +21,7 @@ one upload of the CPU region, and the batch leaves as a flat ``TensorListGPU``
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -113,19 +114,13 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     cpu_start = int(nbytes[hw_idx].sum() + nbytes[hyb_idx].sum())
     stream = cuda.current_stream(batch)
     device_id = batch.device_id or 0
-    with cp.cuda.Device(device_id), stream:
-        # On the pipeline's stream: memory CuPy's pool hands back was last used by work already
-        # queued there, and every decode below is ordered after this point.
-        buf = cp.empty(max(int(nbytes.sum()), 1), cp.uint8)
-        start = cp.cuda.Event(disable_timing=True)
-        start.record(stream)
-
+    out = _OutputBuffer(st, max(int(nbytes.sum()), 1), stream, device_id)
     jobs = {}
     if hw_idx:
-        jobs["hw"] = st.submit(_engines_job(st, arrays, wins, hw_idx, buf, offsets, stream, start, n, device_id))
+        jobs["hw"] = st.submit(_engines_job(st, arrays, wins, hw_idx, out, offsets, stream, n, device_id))
     if hyb_idx:
-        jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, buf, offsets, start,
-                                                      hyb_fixed, device_id))
+        jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets, hyb_fixed,
+                                                      device_id))
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
     # copies its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
@@ -134,13 +129,58 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
     tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
     futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
-    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False, "buf": buf,
+    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False, "out": out,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
 
 
-def _engines_job(st, arrays, wins, idx, buf, offsets, stream, start, n, device_id):
+def _release(semaphore, held: list) -> None:
+    if held:
+        held.clear()
+        semaphore.release()
+
+
+class _OutputBuffer:
+    """A batch's flat output buffer, allocated by the first decode job that runs, once fewer
+    than ``STOKER_DECODES_AHEAD`` (default 2) earlier batches hold theirs: the executor's CPU
+    stage prepares batches ahead, and a decoded full-size batch is the largest thing a pipeline
+    keeps on the device. The permit returns when the batch's decode has been handed on (or the
+    batch is dropped)."""
+
+    def __init__(self, st, nbytes: int, stream, device_id: int):
+        import weakref
+
+        self.st, self.nbytes, self.stream, self.device_id = st, nbytes, stream, device_id
+        self.buf = self.start = None
+        self.lock = threading.Lock()
+        self._held: list = []
+        self.release = weakref.finalize(self, _release, st.ahead, self._held)
+
+    def get(self, permit: bool = True):
+        """(buffer, event recorded on the pipeline stream after its allocation).
+
+        Decode jobs take a permit first (they run in batch order on each decoder thread);
+        the GPU stage of a batch without decode jobs allocates without one, since waiting
+        there for later batches to finish would never end."""
+        with self.lock:
+            if self.buf is None:
+                while permit and not self.st.ahead.acquire(timeout=0.1):
+                    if self.st.closing:
+                        raise RuntimeError("the decoder was closed")
+                if permit:
+                    self._held.append(True)
+                cp = _cupy_mod()
+                with cp.cuda.Device(self.device_id), self.stream:
+                    # On the pipeline's stream: memory CuPy's pool hands back was last used by work
+                    # already queued there, and every decode is ordered after this point.
+                    self.buf = cp.empty(self.nbytes, cp.uint8)
+                    self.start = cp.cuda.Event(disable_timing=True)
+                    self.start.record(self.stream)
+            return self.buf, self.start
+
+
+def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
     """The hardware engines' call for samples ``idx``: returns (error or None, done event or None)."""
     from stoker.backend.nvjpeg import NvjpegUnavailable
 
@@ -151,6 +191,7 @@ def _engines_job(st, arrays, wins, idx, buf, offsets, stream, start, n, device_i
 
     def job():
         t0 = time.perf_counter()
+        buf, start = out.get()
         on, done = stream, None
         if own_stream is not None:  # a second lane: its stream waits for the allocation point
             own_stream.wait_event(start)
@@ -170,7 +211,7 @@ def _engines_job(st, arrays, wins, idx, buf, offsets, stream, start, n, device_i
     return job
 
 
-def _hybrid_job(st, arrays, wins, sizes, idx, buf, offsets, start, fixed, device_id):
+def _hybrid_job(st, arrays, wins, sizes, idx, out, offsets, fixed, device_id):
     """The GPU-hybrid backend's call for samples ``idx``: whole images into scratch memory, then
     one crop kernel into their slots, all on the hybrid stream. Returns (error, done event, keep)."""
     from stoker.backend import cuda
@@ -187,6 +228,7 @@ def _hybrid_job(st, arrays, wins, sizes, idx, buf, offsets, start, fixed, device
 
     def job():
         t0 = time.perf_counter()
+        buf, start = out.get()
         own_stream.wait_event(start)
         with cp.cuda.Device(device_id), own_stream:
             scratch = cp.empty(max(int(full_bytes.sum()), 1), cp.uint8)
@@ -231,7 +273,7 @@ def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     from stoker.tensors_gpu import TensorListGPU
 
     cp = _cupy_mod()
-    n, shapes, offsets, buf = prep["n"], prep["shapes"], prep["offsets"], prep["buf"]
+    n, shapes, offsets = prep["n"], prep["shapes"], prep["offsets"]
     cpu_idx, futures = list(prep["cpu_idx"]), prep["futures"]
     t0 = time.perf_counter()
     redo: list[int] = []
@@ -241,6 +283,7 @@ def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
             stream.wait_event(done)
         if error is not None:  # nvJPEG refused the batch: its images decode on the CPU instead
             redo += prep["hw_idx"] if name == "hw" else prep["hyb_idx"]
+    buf, _ = prep["out"].get(permit=False)  # (allocated here when no decode job ran)
     st.timing["hw_wait_s"] += time.perf_counter() - t0
     st.timing["batches"] += 1
 
@@ -275,5 +318,6 @@ def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         for i, a, off in zip(cpu_idx, host, offs):
             results[i] = dev[off:off + a.nbytes].reshape(a.shape)
         out = TensorListGPU(results, "HWC", sources)
+    prep["out"].release()
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]

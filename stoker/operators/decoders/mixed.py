@@ -97,6 +97,8 @@ class _State:
         self.hybrid_lane = None
         self.hybrid_worker = None
         self.hybrid_problem = None
+        self.ahead = threading.Semaphore(max(1, int(os.environ.get("STOKER_DECODES_AHEAD", "2"))))
+        self.closing = False
         # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
@@ -158,6 +160,7 @@ class _State:
         return self.worker.submit(job)
 
     def close(self) -> None:
+        self.closing = True
         for worker in (self.worker, self.hybrid_worker):
             if worker is not None:
                 worker.shutdown(wait=True)
