@@ -14,9 +14,9 @@ Pipeline of one decode:
    3 RGB, 4 RGBA; palettes expanded; CMYK converted to RGB), uint8 or uint16;
 3. apply the EXIF orientation (as a NumPy view, no copy);
 4. cut the region of interest, in the coordinates of the oriented image (a
-   view). libjpeg-turbo's partial decoding is not reachable through OpenCV or
-   any pip-installable binding without a system ``libturbojpeg``, so the whole
-   image is decoded and then cropped;
+   view). Colour JPEGs with a window skip steps 2-4: libjpeg-turbo decodes
+   only the window (:mod:`stoker.operators.decoders.turbo`, when a TurboJPEG 3
+   library is installed), with the same pixels as the full decode;
 5. convert to the output colour space and data type (the only copy).
 
 Colour conversions follow DALI: GRAY is ITU-R BT.601 luma
@@ -40,7 +40,7 @@ import cv2
 import numpy as np
 
 from stoker import types
-from stoker.operators.decoders import formats
+from stoker.operators.decoders import formats, turbo
 from stoker.operators.decoders.formats import ImageFormatError, ImageInfo
 
 __all__ = ["ImageDecodeError", "DEFAULT_MAX_PIXELS", "decode_cpu", "orient", "convert_color", "convert_dtype",
@@ -98,6 +98,16 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         raise ImageDecodeError(str(e)) from None
     if max_pixels:
         _check_pixels(buf, info, max_pixels)
+    if (roi is not None or roi_fn is not None) and info.format == formats.JPEG and info.channels == 3 \
+            and not info.cmyk and info.bit_depth == 8 and output_type in (types.RGB, types.BGR) \
+            and (info.orientation == 1 or not adjust_orientation):
+        # Decode only the window (libjpeg-turbo's partial decoding) when the library is there.
+        win = roi if roi is not None else roi_fn(info.height, info.width)
+        win = _checked_window(info.height, info.width, win)
+        out = turbo.decode_window(buf, win, bgr=output_type == types.BGR)
+        if out is not None:
+            return convert_dtype(out, dtype)
+        roi, roi_fn = win, None  # no partial decoding: the same window from the full image
     img, order = _decode_native(buf, info, output_type)
     if info.orientation != 1:
         # OpenCV's and Pillow's TIFF readers apply the orientation tag whatever they are told.
@@ -150,12 +160,16 @@ def _tune_allocator() -> bool:
 
 def crop_view(img: np.ndarray, roi) -> np.ndarray:
     """``img[y:y+h, x:x+w]`` after checking that the window lies inside the image."""
+    y, x, h, w = _checked_window(img.shape[0], img.shape[1], roi)
+    return img[y:y + h, x:x + w]
+
+
+def _checked_window(H: int, W: int, roi) -> tuple[int, int, int, int]:
     y, x, h, w = (int(v) for v in roi)
-    H, W = img.shape[:2]
     if y < 0 or x < 0 or h < 0 or w < 0 or y + h > H or x + w > W:
         raise ImageDecodeError(
             f"the region of interest (y={y}, x={x}, h={h}, w={w}) does not fit in the {H}x{W} image")
-    return img[y:y + h, x:x + w]
+    return y, x, h, w
 
 
 def _check_pixels(buf: np.ndarray, info: ImageInfo, max_pixels: int) -> None:
