@@ -90,8 +90,10 @@ class Resize(LayoutAware):
             raise arg_error("resize", self.size_methods(())[1], self._methods_message(self.size_methods(())))
         self._plans: dict = {}  # resize plans by input size and per-sample size arguments
         # Import torch for the 8-bit fast path now, on the thread that builds the pipeline, rather
-        # than inside the first batch on a pool thread (see resample_torch).
-        resample_torch.available()
+        # than inside the first batch on a pool thread (see resample_torch). Not for a GPU resize:
+        # a GPU pipeline would pay seconds of import in its first batch for nothing.
+        if self.device == "cpu":
+            resample_torch.available()
 
     _SEPARATE = ("resize_x", "resize_y", "resize_z")
 
