@@ -36,6 +36,20 @@ from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 _STOP = object()
 
 
+def _last_uses(graph: Graph, keep: set) -> dict:
+    """GPU-stage node id -> the values (node id, output) it is the last GPU-stage reader of,
+    outputs of the pipeline excepted."""
+    last: dict = {}
+    for node in graph.gpu_nodes:
+        for x in [*node.inputs, *node.arg_inputs.values()]:
+            last[(x.source.id, x.index)] = node.id
+    out: dict = {}
+    for key, node_id in last.items():
+        if key not in keep:
+            out.setdefault(node_id, []).append(key)
+    return out
+
+
 def is_gpu_batch(value) -> bool:
     """True for a TensorListGPU (checked without importing CuPy)."""
     return type(value).__name__ == "TensorListGPU"
@@ -82,6 +96,7 @@ class Executor:
         from stoker.operators.base import Reader
 
         self._output_keys = {(o.source.id, o.index) for o in graph.outputs}
+        self._last_use = _last_uses(graph, self._output_keys)
         self._refillable = bool(graph.source_nodes) and all(
             isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
         self.tracker.can_skip = self._refillable
@@ -214,17 +229,21 @@ class Executor:
             return
         try:
             with self.gpu.activate():
+                prepared = it.values.get("prepared") or {}
                 for node in self.graph.gpu_nodes:
                     self._run_node(node, it, gpu=True)
+                    prepared.pop(node.id, None)  # a mixed decoder's host half holds its buffers
+                    # A device batch no later operator reads goes back to the pool at once, so the
+                    # stage's peak is not the sum of all its intermediates (ordered on this stream).
+                    for key in self._last_use.get(node.id, ()):
+                        if is_gpu_batch(it.values.get(key)):
+                            del it.values[key]
                 it.done_event = self.gpu.record_event()
                 # Device intermediates (decoded images, resized batches) go back to the memory
                 # pool now, not when the consumer takes the outputs: with a full output queue
                 # they were most of the GPU memory held. Reuse is ordered on this stream.
                 for key in [k for k, v in it.values.items() if k not in self._output_keys and is_gpu_batch(v)]:
                     del it.values[key]
-                prepared = it.values.get("prepared") or {}
-                for node in self.graph.gpu_nodes:  # a mixed decoder's host half holds its device buffer
-                    prepared.pop(node.id, None)
         except BaseException as e:  # noqa: BLE001
             it.error = e
 
