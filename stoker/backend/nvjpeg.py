@@ -97,11 +97,14 @@ def _check(status: int, what: str) -> None:
 
 def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
-    Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere). Otherwise None."""
+    Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere), ending with an
+    end-of-image marker (the engines may not report a truncated stream). Otherwise None."""
     buf = memoryview(data)
     n = len(buf)
     if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         return None
+    if b"\xff\xd9" not in bytes(buf[max(0, n - 32):]):
+        return None  # no end marker: truncated, left to the CPU decoder, which reports it
     pos = 2
     while pos + 4 <= n:
         if buf[pos] != 0xFF:

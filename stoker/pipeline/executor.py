@@ -316,7 +316,25 @@ class Executor:
     def _prepare_gpu_nodes(self, it: Iteration) -> None:
         """Host-side work of GPU-stage operators fed only by host data (a mixed decoder parsing
         headers and drawing crop windows), done here so that it overlaps the previous GPU stage.
-        The operator gets the result as ``ctx.prepared`` in ``run_gpu``."""
+        The operator gets the result as ``ctx.prepared`` in ``run_gpu``.
+
+        Samples the host half finds bad (a mixed decoder's CPU-decoded samples under
+        on_error="skip"/"substitute") are dropped and refilled as for a CPU operator, and
+        the batch is prepared again."""
+        for _ in range(_MAX_REFILL_ROUNDS):
+            failed = self._prepare_gpu_nodes_once(it)
+            if not failed:
+                return
+            it.reports = []  # those of the CPU stage's own repair are recorded already
+            for node, ctx, n in failed:
+                self._drop(it, node, ctx, n)
+            for node in self.graph.gpu_nodes:  # started work of the dropped batch is abandoned
+                it.values["prepared"].pop(node.id, None)
+            self._repair(it)
+        raise OperatorError("samples kept failing after several refills", operator="executor")
+
+    def _prepare_gpu_nodes_once(self, it: Iteration) -> list:
+        failed = []
         for node in self.graph.gpu_nodes:
             inst = self.graph.instances[node.id]
             prep = getattr(inst, "prepare_host", None)
@@ -329,12 +347,17 @@ class Executor:
             ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
                                sources=sources, device_id=self.gpu.device_id if self.gpu else None,
                                stream=self.gpu.stream if self.gpu else None)
+            ctx.on_error = "raise" if it.scopes else self.on_error
             try:
                 it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
             except (OperatorError, StopIteration):
                 raise
             except Exception as e:
                 raise _annotate(e, node) from e
+            if ctx.failures:
+                failed.append((node, ctx, ctx.batch_size))
+                break  # the batch changes: prepare every node again once it is refilled
+        return failed
 
     def _run_node(self, node, it: Iteration, gpu: bool) -> None:
         inst = self.graph.instances[node.id]

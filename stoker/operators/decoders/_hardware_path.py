@@ -77,14 +77,16 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     heads: list = [None] * n
     sizes = np.zeros((n, 2), np.int64)
     eligible: list[int] = []
+    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
     for i, a in enumerate(arrays):
         size = hardware_eligible(a)
+        heads[i] = (None, "jpeg", size[0], size[1]) if size is not None else _header(a)
+        h, w = heads[i][2], heads[i][3]
+        if max_pixels and h * w > max_pixels:
+            continue  # no slot: the CPU decoder refuses it with the reason (or it is skipped)
         if size is not None:
-            heads[i] = (None, "jpeg", size[0], size[1])
             eligible.append(i)
-        else:
-            heads[i] = _header(a)
-        sizes[i] = heads[i][2], heads[i][3]
+        sizes[i] = h, w
     wins = _windows(op, kind, batch, arg_inputs, sizes)
     shapes = np.zeros((n, 3), np.int64)
     for i, win in enumerate(wins):
@@ -129,10 +131,28 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
     tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
     futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
+    if futures is not None:
+        check_cpu_failures(op, batch, cpu_idx, futures)
     return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False, "out": out,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
+
+
+def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
+    """Under ``on_error="skip"``/``"substitute"``, wait here (in the CPU stage) for the samples
+    decoded on the host and record the ones that failed in ``batch.failures``: the executor then
+    drops and refills them before the GPU stage, as for a CPU operator. Under "raise" nothing
+    waits; the error surfaces in the GPU stage."""
+    from stoker.errors import OperatorError
+
+    if (op.args.get("on_error") or batch.on_error) == "raise":
+        return
+    for i, future in zip(cpu_idx, futures):
+        try:
+            future.result()
+        except OperatorError as e:
+            batch.failures[i] = e
 
 
 def _release(semaphore, held: list) -> None:

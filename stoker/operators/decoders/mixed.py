@@ -216,6 +216,12 @@ def _header(data: np.ndarray):
         return None, "", 0, 0
 
 
+def _complete_jpeg(data) -> bool:
+    """Whether an encoded JPEG ends with its end-of-image marker (within its last 32 bytes)."""
+    tail = np.asarray(data, np.uint8)[-32:].tobytes()
+    return b"\xff\xd9" in tail
+
+
 def _window(op, kind, args, i, batch, h, w):
     """(y0, x0, wh, ww) of sample i, or None for the whole image."""
     if kind == "image":
@@ -310,7 +316,12 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
         return prepare_hardware(op, kind, batch, enc, arg_inputs, st)
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n
-    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS] if on_gpu else []
+    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
+    # Images over the pixel limit go to the CPU decoder, which refuses them from the header.
+    # So do JPEGs without an end marker: a GPU decoder may return a truncated one half-grey, where
+    # the CPU decoder reports it (and on_error can skip it in the CPU stage).
+    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and _complete_jpeg(enc[i])
+               and not (max_pixels and hd[2] * hd[3] > max_pixels)] if on_gpu else []
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
@@ -325,6 +336,9 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     args = (op, kind, batch, enc, heads, wins, arg_inputs, gray)
     if cpu_idx and batch.pool is not None:
         futures = [batch.pool.submit(_cpu_one, *args, i) for i in cpu_idx]
+        from stoker.operators.decoders._hardware_path import check_cpu_failures
+
+        check_cpu_failures(op, batch, cpu_idx, futures)
     else:
         futures = None
     return {"n": n, "enc": enc, "heads": heads, "wins": wins, "gray": gray, "subs": subs,
