@@ -127,9 +127,9 @@ class ImageDecoderRandomCrop(_ImageDecoderBase):
         name="decoders.image_random_crop",
         doc="Decodes images and crops a random window whose area fraction is drawn from random_area and "
             "aspect ratio (width / height, log-uniform) from random_aspect_ratio, as "
-            "fn.random_resized_crop does. On the CPU the whole image is decoded and then cropped: "
-            "libjpeg-turbo's partial decoding is not reachable through OpenCV, and the pip bindings "
-            "either lack cropping (simplejpeg) or need a system libturbojpeg (PyTurboJPEG).",
+            "fn.random_resized_crop does. On the CPU, colour JPEGs decode only the window when a "
+            "TurboJPEG 3 library is installed (pip install stoker[jpeg]; same pixels as decoding the "
+            "whole image); otherwise the whole image is decoded and then cropped.",
         args=list(DECODER_ARGS) + [
             Arg("random_area", "float_list", [0.08, 1.0], doc="range of the window's area fraction"),
             Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], doc="range of the window's width/height"),
