@@ -137,6 +137,8 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     y, x, hh, ww = (int(v) for v in window)
     if hh <= 0 or ww <= 0:
         return None  # a 0-sized region means "everything" to TurboJPEG
+    if not buf.flags.c_contiguous:  # a strided view: TurboJPEG reads one flat buffer
+        buf = np.ascontiguousarray(buf)
     ptr, size = buf.ctypes.data, buf.size
     if lib.tj3DecompressHeader(h, ptr, size) != 0:
         return None

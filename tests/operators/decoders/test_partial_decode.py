@@ -82,3 +82,30 @@ def test_corrupt_data_behaves_as_the_full_decode():
     full = cv2.imdecode(data, cv2.IMREAD_COLOR_RGB)
     out = cpu.decode_cpu(data, types.RGB, roi=(5, 6, 40, 50))
     np.testing.assert_array_equal(out, full[5:45, 6:56])
+
+
+@needs_turbo
+def test_strided_input_buffer():
+    data = _jpeg(40, 50, "420", seed=4)
+    spread = np.zeros(data.size * 2, np.uint8)
+    spread[::2] = data
+    strided = spread[::2]
+    assert not strided.flags.c_contiguous
+    full = cv2.imdecode(data, cv2.IMREAD_COLOR_RGB)
+    np.testing.assert_array_equal(turbo.decode_window(strided, (3, 4, 20, 30)), full[3:23, 4:34])
+
+
+@needs_turbo
+def test_threads_each_get_their_own_decompressor():
+    from concurrent.futures import ThreadPoolExecutor
+
+    datas = [_jpeg(60 + i, 70 + 2 * i, "420", seed=i) for i in range(6)]
+    fulls = [cv2.imdecode(d, cv2.IMREAD_COLOR_RGB) for d in datas]
+
+    def work(i):
+        d, f = datas[i % 6], fulls[i % 6]
+        win = (i % 5, i % 7, 30, 40)
+        return np.array_equal(turbo.decode_window(d, win), f[win[0]:win[0] + 30, win[1]:win[1] + 40])
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(200)))
