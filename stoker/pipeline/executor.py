@@ -36,6 +36,13 @@ from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 _STOP = object()
 
 
+def _cancel(prepared) -> None:
+    """Call off a GPU node's host half whose batch was dropped: a prepared dict may carry a
+    ``"cancel"`` callable (a mixed decoder returns the device buffer permit it holds)."""
+    if isinstance(prepared, dict) and callable(prepared.get("cancel")):
+        prepared["cancel"]()
+
+
 def _last_uses(graph: Graph, keep: set) -> dict:
     """GPU-stage node id -> the values (node id, output) it is the last GPU-stage reader of,
     outputs of the pipeline excepted."""
@@ -328,8 +335,8 @@ class Executor:
             it.reports = []  # those of the CPU stage's own repair are recorded already
             for node, ctx, n in failed:
                 self._drop(it, node, ctx, n)
-            for node in self.graph.gpu_nodes:  # started work of the dropped batch is abandoned
-                it.values["prepared"].pop(node.id, None)
+            for node in self.graph.gpu_nodes:  # work started for the dropped batch is called off
+                _cancel(it.values["prepared"].pop(node.id, None))
             self._repair(it)
         raise OperatorError("samples kept failing after several refills", operator="executor")
 

@@ -133,7 +133,8 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
     if futures is not None:
         check_cpu_failures(op, batch, cpu_idx, futures)
-    return {"hardware": True, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False, "out": out,
+    return {"hardware": True, "cancel": out.cancel, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
+            "out": out,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
@@ -152,7 +153,9 @@ def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
         try:
             future.result()
         except OperatorError as e:
-            batch.failures[i] = e
+            # Without its traceback: the frames would hold this batch (and its device buffer)
+            # in a reference cycle until the garbage collector ran.
+            batch.failures[i] = e.with_traceback(None)
 
 
 def _release(semaphore, held: list) -> None:
@@ -173,6 +176,7 @@ class _OutputBuffer:
 
         self.st, self.nbytes, self.stream, self.device_id = st, nbytes, stream, device_id
         self.buf = self.start = None
+        self.cancelled = False
         self.lock = threading.Lock()
         self._held: list = []
         self.release = weakref.finalize(self, _release, st.ahead, self._held)
@@ -184,10 +188,12 @@ class _OutputBuffer:
         the GPU stage of a batch without decode jobs allocates without one, since waiting
         there for later batches to finish would never end."""
         with self.lock:
+            if self.cancelled:
+                raise _Cancelled()
             if self.buf is None:
                 while permit and not self.st.ahead.acquire(timeout=0.1):
-                    if self.st.closing:
-                        raise RuntimeError("the decoder was closed")
+                    if self.st.closing or self.cancelled:
+                        raise _Cancelled()
                 if permit:
                     self._held.append(True)
                 cp = _cupy_mod()
@@ -198,6 +204,17 @@ class _OutputBuffer:
                     self.start = cp.cuda.Event(disable_timing=True)
                     self.start.record(self.stream)
             return self.buf, self.start
+
+
+    def cancel(self) -> None:
+        """The batch was dropped before its GPU stage (a sample failed and it is prepared
+        again): its jobs skip their work and the permit returns now."""
+        self.cancelled = True
+        self.release()
+
+
+class _Cancelled(Exception):
+    """A decode job whose batch was dropped (or whose decoder closed) before it ran."""
 
 
 def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
@@ -211,7 +228,10 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
 
     def job():
         t0 = time.perf_counter()
-        buf, start = out.get()
+        try:
+            buf, start = out.get()
+        except _Cancelled:
+            return None, None
         on, done = stream, None
         if own_stream is not None:  # a second lane: its stream waits for the allocation point
             own_stream.wait_event(start)
@@ -248,7 +268,10 @@ def _hybrid_job(st, arrays, wins, sizes, idx, out, offsets, fixed, device_id):
 
     def job():
         t0 = time.perf_counter()
-        buf, start = out.get()
+        try:
+            buf, start = out.get()
+        except _Cancelled:
+            return None, None, None
         own_stream.wait_event(start)
         with cp.cuda.Device(device_id), own_stream:
             scratch = cp.empty(max(int(full_bytes.sum()), 1), cp.uint8)
@@ -289,6 +312,13 @@ def _cpu_staged(args, i, stage, offset: int, shape: tuple):
 
 def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     """Device half: wait for the calls, copy the CPU-decoded samples into their slots."""
+    try:
+        return _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start)
+    finally:
+        prep["out"].release()  # also when a sample's error is raised: the next batches go on
+
+
+def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     from stoker.operators.transfer import _ring
     from stoker.tensors_gpu import TensorListGPU
 
@@ -338,6 +368,5 @@ def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         for i, a, off in zip(cpu_idx, host, offs):
             results[i] = dev[off:off + a.nbytes].reshape(a.shape)
         out = TensorListGPU(results, "HWC", sources)
-    prep["out"].release()
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]
