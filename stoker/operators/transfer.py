@@ -22,7 +22,9 @@ def upload_batch(host, batch: BatchContext):
     cp = cuda._cupy()
     stream = cuda.current_stream(batch)
     ring = _ring(batch)
-    samples = [np.ascontiguousarray(s) for s in host.samples()]
+    # np.asarray(order="C"), not ascontiguousarray: that one turns 0-d samples (scalars, masks)
+    # into shape (1,).
+    samples = [np.asarray(s, order="C") for s in host.samples()]
     sources = host.source_info()
     if not samples:
         return TensorListGPU([], host.layout(), sources)
