@@ -1,7 +1,7 @@
-"""Soak test: run a CPU pipeline for many iterations and watch memory and threads.
+"""Soak test: run a pipeline for many iterations and watch memory and threads.
 
     python benchmarks/soak.py [--data DIR] [--iterations 3000] [--every 100] [--batch 8] [--threads 2]
-                              [--bad 2] [--max-growth-mb 16]
+                              [--bad 2] [--max-growth-mb 16] [--gpu]
 
 The data is ``stoker.sample_data`` JPEGs (written to a temporary folder unless
 ``--data`` is given), plus ``--bad`` corrupt files so that the
@@ -84,15 +84,15 @@ def make_data(root: str, n: int, bad: int) -> None:
             f.write(data)
 
 
-def build(root: str, batch: int, threads: int):
+def build(root: str, batch: int, threads: int, gpu: bool = False):
     import stoker.fn as fn
     import stoker.types as types
     from stoker import pipeline_def
 
-    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1, on_error="skip")
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0 if gpu else None, seed=1, on_error="skip")
     def soak():
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="Reader")
-        images = fn.decoders.image_random_crop(jpegs, output_type=types.RGB)
+        images = fn.decoders.image_random_crop(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
         images = fn.resize(images, resize_x=96, resize_y=96)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                           mean=[128.0] * 3, std=[64.0] * 3, mirror=fn.random.coin_flip())
@@ -131,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trim", action="store_true",
                     help="call glibc malloc_trim(0) before each reading: growth that remains is live memory")
     ap.add_argument("--verbose", action="store_true", help="keep the per-sample 'skipped' warnings")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the same pipeline on GPU 0 (mixed decoder, GPU resize and crop_mirror_normalize)")
     a = ap.parse_args(argv)
     if not a.verbose:  # the corrupt files are skipped on purpose: one warning each time is noise here
         logging.getLogger("stoker").setLevel(logging.ERROR)
@@ -141,9 +143,9 @@ def main(argv=None) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="stoker_soak_")
         root = tmp.name
         make_data(root, a.images, a.bad)
-    pipe = build(root, a.batch, a.threads)
+    pipe = build(root, a.batch, a.threads, a.gpu)
     print(json.dumps({"config": {"data": root, "iterations": a.iterations, "batch": a.batch,
-                                 "threads": a.threads, "cpus": os.cpu_count(), "trim": a.trim,
+                                 "threads": a.threads, "cpus": os.cpu_count(), "trim": a.trim, "gpu": a.gpu,
                                  "python": sys.version.split()[0]}}), flush=True)
     points: list[tuple[int, float]] = []
     t0 = last_t = time.perf_counter()

@@ -11,7 +11,16 @@ import os
 
 import numpy as np
 import pytest
-from test_bad_samples import BAD, BATCH, GOOD, _break_after_listing, _names, broken  # noqa: F401
+from test_bad_samples import (  # noqa: F401 - broken is a fixture
+    BAD,
+    BATCH,
+    GOOD,
+    VALID,
+    _break_after_listing,
+    _make_dataset,
+    _names,
+    broken,
+)
 
 import stoker.fn as fn
 from stoker import pipeline_def, types
@@ -69,5 +78,36 @@ def test_mixed_skip_keeps_batches_full_and_each_good_file_once(broken, hardware)
         report = [r for r in pipe.error_report() if r["iteration"] < 2]
         assert [os.path.basename(r["source"]) for r in report] == [BAD, BAD]
         assert all(r["action"] == "skipped" and r["reason"] for r in report)
+    finally:
+        pipe.close()
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("case", sorted(VALID))
+def test_mixed_unusual_valid_files_decode_like_the_reference(case, on_error, hardware, tmp_path):
+    """PNGs, 16-bit and gray+alpha PNGs, CMYK/YCCK and odd JPEGs through the mixed decoder: the
+    formats and dtypes the GPU path does not take decode on the CPU (exact); JPEGs a GPU decoder
+    takes agree within GPU-vs-libjpeg rounding (mean under 3 levels)."""
+    data, ref, output_type, dtype = VALID[case]()
+    _make_dataset(tmp_path / "data", data)
+
+    @pipeline_def(batch_size=BATCH, num_threads=2, device_id=0, seed=0, on_error=on_error)
+    def p():
+        jpegs, _ = fn.readers.file(file_root=str(tmp_path / "data"), name="Reader")
+        images = fn.decoders.image(jpegs, device="mixed", output_type=output_type, dtype=dtype)
+        return images, fn.get_property(jpegs, key="source_info")
+
+    pipe = p()
+    pipe.build()
+    try:
+        images, sources = pipe.run()
+        got = {name: np.asarray(images.at(i).get()) for i, name in enumerate(_names(sources))}
+        assert len(images) == BATCH and BAD in got
+        want = ref.reshape(got[BAD].shape)
+        if data[:2] == b"\xff\xd8":
+            assert np.abs(got[BAD].astype(int) - want.astype(int)).mean() < 3.0
+        else:
+            np.testing.assert_array_equal(got[BAD], want)
+        assert pipe.error_report() == []
     finally:
         pipe.close()
