@@ -4,9 +4,15 @@ Host half (:func:`prepare_hardware`, run in the executor's CPU stage):
 
 * each header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`) and
   every window drawn, random crops for the whole batch at once;
-* every sample gets a slot in one flat device buffer, allocated on the
-  pipeline's stream: first the engines' images, then the hybrid backend's,
-  then, back to back, those decoded on the CPU pool;
+* every sample gets a slot in one flat device buffer: first the engines'
+  images, then the hybrid backend's, then, back to back, those decoded on the
+  CPU pool. The buffer is allocated on the pipeline's stream by the first
+  decode job that runs, once fewer than ``STOKER_DECODES_AHEAD`` earlier
+  batches hold theirs (:class:`_OutputBuffer`);
+* JPEGs over the decoder's ``max_pixels`` and JPEGs without an end marker go
+  to the CPU decoder, which refuses or reports them; under ``on_error`` skip or
+  substitute the CPU-decoded samples are awaited here, so that a bad one is
+  dropped and refilled in the CPU stage (:func:`check_cpu_failures`);
 * the engines' call starts on the decoder's thread (GIL released for the
   call), the hybrid backend's call on its own thread and stream
   (``STOKER_HYBRID_SHARE`` of each batch, whole images then cropped into their
