@@ -43,9 +43,7 @@ DALI_SCHEMA_NAMES = {
 OWNED = "owned elsewhere (decoders/readers/resize/crop_mirror_normalize are being reworked by other helpers)"
 
 # (a) DALI arguments stoker does not accept yet.
-MISSING_OK = {
-    ("crop_mirror_normalize", "rounding"): OWNED,
-}
+MISSING_OK: dict[tuple[str, str], str] = {}
 
 # (b) arguments DALI takes per sample that stoker takes only as one constant.
 NOT_TENSOR_OK = {

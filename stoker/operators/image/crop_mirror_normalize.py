@@ -39,6 +39,8 @@ class CropMirrorNormalize(LayoutAware):
               Arg("output_layout", "layout", "CHW", doc="'CHW' or 'HWC' (or the input's for other layouts)"),
               Arg("dtype", "dtype", types.FLOAT, doc="output type: FLOAT, FLOAT16, UINT8, INT8 ..."),
               Arg("output_dtype", "dtype", None, doc="deprecated name of dtype"),
+              Arg("rounding", "str", "round", doc="'round' (halves away from zero) or 'truncate': how the "
+                                                   "window's anchor is made whole"),
               Arg("pad_output", "bool", False, doc="pad channels with zeros to the next power of two"),
               Arg("image_type", "image_type", None, doc="accepted for compatibility; ignored")],
         devices=("cpu",),
@@ -46,6 +48,9 @@ class CropMirrorNormalize(LayoutAware):
 
     def setup(self):
         check_crop_args("crop_mirror_normalize", self.args)
+        if self.args["rounding"] not in ("round", "truncate"):
+            raise arg_error("crop_mirror_normalize", "rounding",
+                            f"must be 'round' or 'truncate', got {self.args['rounding']!r}")
         self.dtype = self.args["output_dtype"] if self.args["output_dtype"] is not None else self.args["dtype"]
         if self.args.get("std") is not None and any(s == 0 for s in self.args["std"]):
             raise arg_error("crop_mirror_normalize", "std", "must not contain 0")
@@ -57,7 +62,9 @@ class CropMirrorNormalize(LayoutAware):
         ext, pos = requested_window(args, len(axes))
         fill_out = None
         if ext is not None:
-            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos)
+            # As DALI (and crop): an extent below one pixel (0, 0.5, negative) keeps that axis whole.
+            ext = [e if int(e) >= 1 else img.shape[a] for e, a in zip(ext, axes)]
+            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
             inside = all(a >= 0 and a + e <= img.shape[x] for a, e, x in zip(anchors, extents, axes))
             if inside or self.args["out_of_bounds_policy"] != "pad":
                 img = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"], [0.0],

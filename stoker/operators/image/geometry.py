@@ -120,10 +120,12 @@ def resize_plan(in_size: Sequence[int], requested: Sequence[float], *, mode: str
 
 
 def crop_anchor(in_extent: int, crop_extent: int, pos: float, rounding: str = "round") -> int:
-    """Start of a crop window: ``round(pos * (in - crop))`` in float32, halves away
-    from zero, as DALI computes it (may be negative when the window is larger).
-    ``rounding="truncate"`` cuts the fraction instead (towards zero, as DALI)."""
-    x = float(np.float32(pos) * np.float32(in_extent - crop_extent))
+    """Start of a crop window: ``round(pos * (in - crop))`` with ``pos`` as a float32 and the
+    product in double precision (exact), halves away from zero, as DALI computes it (may be
+    negative when the window is larger). ``rounding="truncate"`` cuts the fraction instead
+    (towards zero, as DALI). A float32 product would round e.g. 0.9f * 5 up to 4.5 and move
+    the window by a pixel."""
+    x = float(np.float32(pos)) * float(in_extent - crop_extent)
     return round_half_away(x) if rounding == "round" else int(x)
 
 

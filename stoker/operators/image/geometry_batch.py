@@ -96,8 +96,13 @@ def resize_plans(in_hw: np.ndarray, resize_y=None, resize_x=None, *, mode: str =
     return res
 
 
-def crop_anchors(in_extent: np.ndarray, crop_extent: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Start of each crop window, as ``geometry.crop_anchor`` (float32 product, halves away)."""
-    prod = np.asarray(pos, np.float32) * (np.asarray(in_extent, np.int64) - np.asarray(crop_extent, np.int64)
-                                          ).astype(np.float32)
-    return round_half_away(prod.astype(np.float64))
+def crop_anchors(in_extent: np.ndarray, crop_extent: np.ndarray, pos: np.ndarray,
+                 rounding: str = "round") -> np.ndarray:
+    """Start of each crop window, as ``geometry.crop_anchor`` (float32 positions times the
+    free extent in float64; halves away from zero with ``rounding="round"``, the fraction
+    cut towards zero with "truncate")."""
+    prod = np.asarray(pos, np.float32).astype(np.float64) * (
+        np.asarray(in_extent, np.int64) - np.asarray(crop_extent, np.int64)).astype(np.float64)
+    if rounding == "truncate":
+        return np.trunc(prod).astype(np.int64)
+    return round_half_away(prod)

@@ -40,11 +40,13 @@ def crop_window(args: dict, in_h: int, in_w: int):
         ch = float(np.asarray(args["crop_h"]).reshape(-1)[0])
     if args.get("crop_w") is not None and float(np.asarray(args["crop_w"]).reshape(-1)[0]) > 0:
         cw = float(np.asarray(args["crop_w"]).reshape(-1)[0])
-    ch = int(ch) if ch > 0 else in_h
-    cw = int(cw) if cw > 0 else in_w
+    # an extent below one pixel (0, 0.5, negative) keeps the axis whole, as DALI
+    ch = int(ch) if int(ch) >= 1 else in_h
+    cw = int(cw) if int(cw) >= 1 else in_w
     py = float(np.asarray(args.get("crop_pos_y", 0.5) if args.get("crop_pos_y") is not None else 0.5).reshape(-1)[0])
     px = float(np.asarray(args.get("crop_pos_x", 0.5) if args.get("crop_pos_x") is not None else 0.5).reshape(-1)[0])
-    return crop_anchor(in_h, ch, py), crop_anchor(in_w, cw, px), ch, cw
+    rounding = args.get("rounding") or "round"
+    return crop_anchor(in_h, ch, py, rounding), crop_anchor(in_w, cw, px, rounding), ch, cw
 
 
 def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32, layout="CHW",
@@ -124,10 +126,13 @@ def batch_windows(op, x, arg_inputs):
     req_h, req_w = _column(op, arg_inputs, "crop_h", n, 0.0), _column(op, arg_inputs, "crop_w", n, 0.0)
     ch = np.where(req_h > 0, req_h, ch)
     cw = np.where(req_w > 0, req_w, cw)
-    ch = np.where(ch > 0, ch.astype(np.int64), in_h)
-    cw = np.where(cw > 0, cw.astype(np.int64), in_w)
+    # an extent below one pixel (0, 0.5, negative) keeps the axis whole, as DALI
+    ch = np.where(np.trunc(ch) >= 1, np.trunc(ch).astype(np.int64), in_h)
+    cw = np.where(np.trunc(cw) >= 1, np.trunc(cw).astype(np.int64), in_w)
     py, px = _column(op, arg_inputs, "crop_pos_y", n, 0.5), _column(op, arg_inputs, "crop_pos_x", n, 0.5)
-    windows = np.column_stack([crop_anchors(in_h, ch, py), crop_anchors(in_w, cw, px), ch, cw]).astype(np.int64)
+    rounding = op.args.get("rounding") or "round"
+    windows = np.column_stack([crop_anchors(in_h, ch, py, rounding), crop_anchors(in_w, cw, px, rounding),
+                               ch, cw]).astype(np.int64)
     mirror = _column(op, arg_inputs, "mirror", n, 0.0) != 0
     return windows, mirror
 

@@ -23,6 +23,9 @@ CROP_CASES = [
     dict(crop_h=10, crop_w=20, crop_pos_x=0.25, crop_pos_y=0.25, rounding="truncate"),
     dict(crop=(H, H), crop_pos_x=1.0, crop_pos_y=0.0),
     dict(crop=(1, 1), crop_pos_x=1.0, crop_pos_y=1.0),
+    # pos * (in - crop) just below a half (0.9f * 5): DALI's product is exact
+    dict(crop=(H - 5, H - 5), crop_pos_x=0.7, crop_pos_y=0.9),
+    dict(crop=(H - 5, H - 5), crop_pos_x=0.7, crop_pos_y=0.9, rounding="truncate"),
 ]
 
 SLICE_CASES = [

@@ -8,12 +8,20 @@ from stoker import types
 from stoker.operators.image.geometry import crop_anchor
 
 
-@pytest.mark.parametrize("n,c,pos", [(7, 4, 0.5), (9, 4, 0.5), (9, 4, 0.9), (9, 4, 0.1), (9, 4, 0.3),
-                                     (13, 4, 0.75), (7, 10, 0.5), (7, 7, 0.3)])
-def test_anchor_rounds_float32_half_away(n, c, pos):
-    x = float(np.float32(pos) * np.float32(n - c))
-    want = int(np.floor(x + 0.5)) if x >= 0 else -int(np.floor(-x + 0.5))
-    assert crop_anchor(n, c, pos) == want
+@pytest.mark.oracle
+@pytest.mark.parametrize("op", ["crop", "crop_mirror_normalize"])
+@pytest.mark.parametrize("rounding", ["round", "truncate"])
+def test_anchor_matches_dali_near_halves(op, rounding, run_stoker, run_dali):
+    """pos * (in - crop) just below a half (0.9f * 5 = 4.4999999): DALI's product is exact,
+    a float32 one would round up to 4.5."""
+    img = np.arange(30 * 40, dtype=np.int64).reshape(30, 40, 1).astype(np.uint8)
+    for n, c, pos in [(9, 4, 0.9), (9, 4, 0.7), (13, 4, 0.75), (27, 17, 0.7), (7, 4, 0.5), (29, 2, 0.3)]:
+        kw = dict(crop=(c, 10), crop_pos_y=pos, crop_pos_x=0.0, rounding=rounding)
+        if op != "crop":
+            kw["output_layout"] = "HWC"
+        want = run_dali(op, [img[:n]], **kw)[0]
+        assert_close([run_stoker(op, [img[:n]], **kw)[0]], [want], 0, 0, f"{kw} on {n} rows")
+        assert np.array_equal(img[:n][crop_anchor(n, c, pos, rounding):][:c, :10].astype(want.dtype), want)
 
 
 CROP_CASES = [
@@ -78,6 +86,10 @@ CMN_CASES = [
     dict(crop=(20, 20), mean=[100.0], std=[50.0], scale=64, dtype=types.INT8, mirror=1),
     dict(crop=(24, 32), pad_output=True, mean=[1.0, 2.0, 3.0], std=[1.0, 1.0, 1.0]),
     dict(crop=(100, 120), out_of_bounds_policy="pad", fill_values=7.0, mean=[5.0], std=[2.0]),
+    dict(crop=(17, 10), crop_pos_x=0.3, crop_pos_y=0.7, rounding="truncate", output_layout="HWC"),
+    dict(crop=(100, 140), crop_pos_x=0.3, crop_pos_y=0.1, rounding="truncate", out_of_bounds_policy="pad"),
+    dict(crop=(100, 140), crop_pos_x=0.3, crop_pos_y=0.1, rounding="round", out_of_bounds_policy="pad"),
+    dict(crop=(0.5, 10), crop_pos_x=0.2), dict(crop_h=-4, crop_w=7),  # extents < 1 keep the axis whole
 ]
 
 
@@ -99,6 +111,13 @@ def test_cmn_chw_input_and_per_sample_mirror(images, run_stoker, run_dali):
     kw = dict(crop=(16, 20), crop_pos_x=0.2, mean=[50.0, 60.0, 70.0], std=[5.0, 6.0, 7.0], output_layout="HWC")
     assert_close(run_stoker("crop_mirror_normalize", batch, "CHW", per, **kw),
                  run_dali("crop_mirror_normalize", batch, "CHW", per, **kw), 1e-3, 1e-3)
+
+
+def test_cmn_bad_rounding_names_the_argument(images, run_stoker):
+    from stoker.errors import StokerError
+
+    with pytest.raises(StokerError, match="rounding"):
+        run_stoker("crop_mirror_normalize", [images["gray"]], crop=(5, 5), rounding="floor")
 
 
 def test_cmn_against_numpy(images, run_stoker):

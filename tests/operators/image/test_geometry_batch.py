@@ -52,15 +52,22 @@ def test_resize_plans_rejects_unknown_mode():
         resize_plans(np.array([[10, 10]]), 5, 5, mode="fit")
 
 
-def test_crop_anchors_match_crop_anchor():
+@pytest.mark.parametrize("rounding", ["round", "truncate"])
+def test_crop_anchors_match_crop_anchor(rounding):
     rng = np.random.default_rng(11)
     ins = rng.integers(1, 1000, size=500)
-    crops = rng.integers(1, 1200, size=500)
+    crops = rng.integers(1, 1200, size=500)  # windows larger than the input: negative anchors too
     pos = rng.random(500).astype(np.float32)
     pos[:5] = [0.0, 1.0, 0.5, 0.25, 0.75]
-    got = crop_anchors(ins, crops, pos)
-    want = [crop_anchor(int(a), int(c), float(p)) for a, c, p in zip(ins, crops, pos)]
+    ins[:4], crops[:4], pos[5:9] = [9, 9, 7, 7], [4, 12, 10, 2], [0.5, 0.5, 0.5, 0.5]  # exact halves, +/-
+    got = crop_anchors(ins, crops, pos, rounding)
+    want = [crop_anchor(int(a), int(c), float(p), rounding) for a, c, p in zip(ins, crops, pos)]
     assert got.tolist() == want
+
+
+def test_crop_anchor_rounding_modes_differ_on_halves_and_negatives():
+    assert (crop_anchor(9, 4, 0.5, "round"), crop_anchor(9, 4, 0.5, "truncate")) == (3, 2)
+    assert (crop_anchor(7, 10, 0.5, "round"), crop_anchor(7, 10, 0.5, "truncate")) == (-2, -1)
 
 
 def test_round_half_away_halves():
