@@ -66,8 +66,6 @@ DEFAULT_OK = {
     ("transforms.crop", "from_end"): _DERIVED + " (1 per dimension)",
     ("transforms.crop", "to_start"): _DERIVED + " (0 per dimension)",
     ("transforms.crop", "to_end"): _DERIVED + " (1 per dimension)",
-    ("external_source", "blocking"): OWNED,
-    ("external_source", "no_copy"): OWNED,
     ("decoders.image_slice", "axes"): OWNED,
     ("decoders.image_slice", "axis_names"): OWNED,
     ("resize", "mag_filter"): OWNED + "; None = interp_type, as DALI",

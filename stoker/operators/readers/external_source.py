@@ -74,10 +74,13 @@ class ExternalSource(Operator):
             Arg("layout", "any", None, doc="layout of the data, or one per output"),
             Arg("dtype", "any", None, doc="expected element type (checked, not converted), or one per output"),
             Arg("ndim", "any", None, doc="expected number of dimensions, or one per output"),
-            Arg("no_copy", "bool", None, doc="use the source's arrays without copying them"),
+            Arg("no_copy", "bool", False, doc="use the source's / fed arrays without copying them (as DALI, "
+                                               "parallel=True never copies)"),
             Arg("parallel", "bool", False, doc="run the callback in py_num_workers processes"),
             Arg("prefetch_queue_depth", "int", 1, doc="batches computed ahead in parallel mode"),
-            Arg("blocking", "bool", None, doc="accepted for compatibility"),
+            Arg("blocking", "bool", False, doc="accepted for compatibility: an iteration with nothing fed is "
+                                                "an error (DALI's blocking=False); stoker never waits for "
+                                                "feed_input, as the data is fed before run()"),
             Arg("repeat_last", "bool", False, doc="reuse the last fed batch when nothing new was fed"),
             Arg("cuda_stream", "any", None, doc="accepted for compatibility"),
             Arg("use_copy_kernel", "bool", None, doc="accepted for compatibility"),

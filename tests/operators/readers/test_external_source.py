@@ -174,6 +174,42 @@ def test_fed_data_is_copied_unless_no_copy():
     assert b.at(0).tolist() == [1, 1, 1]
 
 
+@pytest.mark.parametrize("lib", ["stoker", pytest.param("dali", marks=pytest.mark.oracle)])
+@pytest.mark.parametrize("kw", [{}, {"blocking": False}, {"no_copy": False}])
+def test_default_blocking_and_copy_as_dali(lib, kw):
+    """blocking=False and no_copy=False are the defaults (as in DALI): fed data comes back,
+    copied at feed time; an iteration with nothing fed is an error, not a wait."""
+    if lib == "dali":
+        dali = pytest.importorskip("nvidia.dali")
+        fn_, pdef = dali.fn, dali.pipeline_def
+    else:
+        fn_, pdef = fn, pipeline_def
+
+    @pdef(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1)
+    def p():
+        return fn_.external_source(name="a", **kw)
+
+    pipe = p()
+    pipe.build()
+    arr = np.arange(3.0)
+    pipe.feed_input("a", [arr])
+    arr += 10  # after feed_input: a copy was taken
+    assert np.array(pipe.run()[0].at(0)).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(Exception, match="no data|doesn't exist"):
+        pipe.run()
+
+
+def test_blocking_true_is_accepted_and_feeds_as_usual():
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def p():
+        return fn.external_source(name="a", blocking=True)
+
+    pipe = p()
+    pipe.build()
+    pipe.feed_input("a", [np.ones(2)])
+    assert pipe.run()[0].at(0).tolist() == [1.0, 1.0]
+
+
 def test_legacy_pipeline_with_iter_setup_and_feed_input():
     class P(stoker.Pipeline):
         def __init__(self):
