@@ -52,6 +52,9 @@ NOT_TENSOR_OK = {
 
 # (c) defaults that differ on purpose.
 _DERIVED = "None means 'derived': stoker computes DALI's default when the argument is not given"
+_FILTER = ("DALI's schema says LINEAR, but its operator sets both filters from interp_type and lets "
+           "min_filter / mag_filter override; stoker's None = interp_type does the same (oracle-tested in "
+           "tests/operators/image/test_resize.py)")
 DEFAULT_OK = {
     ("brightness_contrast", "contrast_center"): "DALI's schema says 0.5 but the operator uses half the "
                                                 "input type's range (127.5 for uint8); stoker's None does that",
@@ -68,10 +71,10 @@ DEFAULT_OK = {
     ("transforms.crop", "to_end"): _DERIVED + " (1 per dimension)",
     ("decoders.image_slice", "axes"): OWNED,
     ("decoders.image_slice", "axis_names"): OWNED,
-    ("resize", "mag_filter"): OWNED + "; None = interp_type, as DALI",
-    ("resize", "min_filter"): OWNED + "; None = interp_type, as DALI",
-    ("random_resized_crop", "mag_filter"): "None = interp_type, as DALI",
-    ("random_resized_crop", "min_filter"): "None = interp_type, as DALI",
+    ("resize", "mag_filter"): _FILTER,
+    ("resize", "min_filter"): _FILTER,
+    ("random_resized_crop", "mag_filter"): _FILTER,
+    ("random_resized_crop", "min_filter"): _FILTER,
 }
 
 # Argument kinds (stoker's converters) that take what DALI's argument types take.

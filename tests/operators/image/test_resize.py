@@ -54,6 +54,11 @@ PIXEL_CASES = [
     dict(size=(20, 20), roi_start=(0.1, 0.2), roi_end=(0.8, 0.9), roi_relative=True),
     dict(size=(40, 60), dtype=types.FLOAT),
     dict(size=(40, 60), min_filter=types.INTERP_NN, mag_filter=types.INTERP_LINEAR),
+    # an unset min_filter / mag_filter follows interp_type (DALI: interp_type sets both, then
+    # min_filter / mag_filter override); one axis shrinks, the other grows
+    dict(size=(20, 200), interp_type=types.INTERP_NN, min_filter=types.INTERP_LINEAR),
+    dict(size=(20, 200), interp_type=types.INTERP_CUBIC, mag_filter=types.INTERP_NN),
+    dict(size=(20, 200), min_filter=types.INTERP_NN),
 ]
 
 
@@ -86,6 +91,19 @@ def test_random_resized_crop_matches_dali_shapes_and_range(images, run_stoker, r
     for a, b, src in zip(ours, theirs, batch):
         assert a.shape == b.shape == (64, 48, src.shape[2]) and a.dtype == b.dtype == np.uint8
         assert src.min() <= a.min() and a.max() <= src.max()
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("filters", [dict(interp_type=types.INTERP_NN),
+                                     dict(interp_type=types.INTERP_NN, min_filter=types.INTERP_LINEAR),
+                                     dict(mag_filter=types.INTERP_NN)], ids=str)
+def test_random_resized_crop_filters_follow_interp_type(filters, images, run_stoker, run_dali):
+    """With the window fixed to the whole image, the pixels show which filter shrinks / enlarges."""
+    img = images["rgb_odd"]
+    ratio = img.shape[1] / img.shape[0]
+    kw = dict(size=(30, 250), random_area=[1.0, 1.0], random_aspect_ratio=[ratio, ratio], **filters)
+    assert_close(run_stoker("random_resized_crop", [img], **kw), run_dali("random_resized_crop", [img], **kw),
+                 mean_tol=0.25, max_tol=1, what=str(filters))
 
 
 def test_random_resized_crop_is_a_resized_window(images):
