@@ -23,6 +23,11 @@ from stoker.errors import OperatorError, SampleError, StokerError
 from stoker.random_state import SampleRNG, batch_generator
 from stoker.tensors import TensorListCPU
 
+# Exceptions of a sample's computation that count as that sample's failure (on_error applies);
+# any other exception stops the batch.
+SAMPLE_ERRORS = (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
+                 ArithmeticError, RuntimeError, AssertionError, MemoryError)
+
 
 @dataclass
 class BatchContext:
@@ -42,6 +47,9 @@ class BatchContext:
     # In a conditional branch: each sample's index in the whole batch (offset included), so a
     # sample's random stream does not depend on which other samples took the branch.
     sample_ids: Sequence[int] | None = None
+    # Set by operator fusion (stoker.pipeline.fusion): the default run_cpu then only records the
+    # argument inputs its run_sample would get (after any subclass's batch-level checks) and returns.
+    fuse_probe: dict | None = None
 
     def source(self, i: int) -> str:
         return self.sources[i] if i < len(self.sources) else ""
@@ -98,6 +106,9 @@ class Operator:
 
     def run_cpu(self, batch: BatchContext, inputs: list[TensorListCPU], arg_inputs: dict[str, list]) -> list:
         """Compute a batch on the CPU. Default: run_sample over the thread pool."""
+        if batch.fuse_probe is not None:
+            batch.fuse_probe["arg_inputs"] = arg_inputs
+            return []
         n = len(inputs[0]) if inputs else batch.batch_size
         sample_inputs = [tuple(t.samples()[i] for t in inputs) for i in range(n)]
 
@@ -127,8 +138,7 @@ class Operator:
                 return compute(i)
             except OperatorError as e:
                 err = e
-            except (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
-                    ArithmeticError, RuntimeError, AssertionError, MemoryError) as e:
+            except SAMPLE_ERRORS as e:
                 err = self.sample_failure(e, batch, i)
                 err.__cause__ = e
             if policy == "raise":

@@ -29,7 +29,7 @@ from typing import Any
 
 from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext
-from stoker.pipeline import conditionals
+from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
@@ -107,6 +107,9 @@ class Executor:
         self._refillable = bool(graph.source_nodes) and all(
             isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
         self.tracker.can_skip = self._refillable
+        # Per-sample operator chains run as one pool task per chunk (see stoker.pipeline.fusion);
+        # STOKER_FUSE=0 runs every CPU node on its own.
+        self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
         self._out: queue.Queue = queue.Queue()
@@ -217,8 +220,7 @@ class Executor:
             if self.tracker.active:
                 it.track = Track(target=self.batch_size)
             self._advance(it, self.batch_size)
-            for node in self.graph.cpu_nodes:
-                self._run_node(node, it, gpu=False)
+            fusion.run_steps(self, self._cpu_steps, it)
             if it.dropped or (it.track is not None and it.track.taken < it.track.target):
                 self._repair(it)
             if self.tracker.mask_nodes:
@@ -302,8 +304,7 @@ class Executor:
             if not self._advance(sub, need, has_samples=it.batch_size > 0):
                 pad = need  # a padded reader's pass ended: pad instead of reading the next pass
                 break
-            for node in self.graph.cpu_nodes:
-                self._run_node(node, sub, gpu=False)
+            fusion.run_steps(self, self._cpu_steps, sub)
             for key, value in sub.values.items():
                 if key != "prepared":
                     it.values[key] = _concat(it.values[key], value)

@@ -1,0 +1,315 @@
+"""Operator fusion in the CPU stage: a chain of per-sample operators as one pool task per chunk.
+
+Why it exists: unfused, the CPU stage runs one operator at a time over the whole batch (its
+samples in chunks on the pool, then a wait). Each operator's tail (the last chunk running while
+the other threads idle) and its per-batch Python (argument gathering, building the output batch)
+serialize the pool; on the 2-core training pipeline only ~1.35 cores stayed busy. Fused, sample i
+goes decode -> resize -> crop_mirror_normalize inside one task, so the threads only meet once per
+chain. ``STOKER_FUSE=0`` turns it off (the executor then runs every node on its own).
+
+A chain is a run of CPU nodes c0, c1, ... cm (m >= 1) in the graph's topological order where:
+
+* every member computes per sample: its ``run_cpu`` is ``Operator.run_cpu`` (or a wrapper listed
+  in ``_PER_SAMPLE_WRAPPERS``, which only checks or adds argument inputs), ``parallel_samples``
+  is true, it is not a source, not in a conditional branch, and has no control inputs;
+* c(j+1)'s only batch input is an output of c(j); its argument inputs come from nodes outside
+  the chain that do not depend on it.
+
+Intermediate outputs are all kept in the iteration's values, as unfused, so any other reader of
+them (a branch, a pipeline output) sees the same batches.
+
+Nodes that lie between chain members in topological order are either *hoisted* (they do not
+depend on the chain: e.g. ``fn.random.coin_flip`` feeding ``mirror``; run before the chain) or
+*deferred* (they read chain outputs; run after it). A hoisted node must be stateless, because a
+sample failure makes the executor replay the unfused order, running it again (see below).
+
+Results are bit-identical to the unfused executor: each operator gets the same SampleContext
+(sample index, iteration, op_seed, source) and per-sample arguments. When a sample fails in some
+member c(k), the samples after the failure would, unfused, run the later members at a shifted
+index in a shorter batch; so the fused results of c(k+1).. are thrown away and the segment is
+replayed in its original order from c(k) on: c(0..k-1) keep their fused outputs, c(k) its
+outputs with the failed samples dropped (as ``Executor._drop`` does), everything after runs
+unfused. Under ``on_error="raise"``, or for an exception that is not a sample failure, c(k) is
+run again unfused, which raises exactly as the unfused executor does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from stoker.errors import OperatorError
+from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext, _chunks
+from stoker.tensors import TensorListCPU
+
+# run_cpu overrides that only check batch-level arguments or add argument inputs and then call
+# Operator.run_cpu, returning its result unchanged ("module.Class"). An operator whose class
+# chain holds any other run_cpu is not fused.
+_PER_SAMPLE_WRAPPERS = {
+    "stoker.operators.image.crop.LayoutAware",  # adds the input's layout as "__layout"
+    "stoker.operators.image.resize.Resize",  # checks that the output size is given one way
+}
+
+
+def enabled() -> bool:
+    """Fusion is on unless STOKER_FUSE=0."""
+    return os.environ.get("STOKER_FUSE", "1") != "0"
+
+
+@dataclass
+class FusedStep:
+    """A chain and the segment of the topological order it spans."""
+
+    chain: list  # OpNodes c0..cm
+    segment: list  # every node from c0 to cm, in topological order
+    hoisted: list = field(default_factory=list)  # run before the chain
+    deferred: list = field(default_factory=list)  # run after the chain
+
+    def __repr__(self) -> str:
+        return "Fused(" + " -> ".join(n.op_name for n in self.chain) + ")"
+
+
+def per_sample(node, inst) -> bool:
+    """True when ``node`` computes each sample on its own through run_sample."""
+    if node.scope is not None or node.control_inputs or node.device != "cpu":
+        return False
+    if hasattr(inst, "advance") or not inst.parallel_samples or getattr(inst, "valid_mask", False):
+        return False
+    for cls in type(inst).__mro__:
+        if cls is Operator:
+            return True
+        if "run_cpu" in cls.__dict__ and f"{cls.__module__}.{cls.__qualname__}" not in _PER_SAMPLE_WRAPPERS:
+            return False
+    return False
+
+
+def _stateless(node, inst) -> bool:
+    """Safe to run again with the same inputs (random generators draw from counter-based streams)."""
+    if node.scope is not None or node.control_inputs or hasattr(inst, "advance"):
+        return False
+    return per_sample(node, inst) or type(inst).__module__.startswith("stoker.operators.random.")
+
+
+def _sources(node) -> list:
+    return [x.source for x in [*node.inputs, *node.arg_inputs.values(), *node.control_inputs]]
+
+
+def plan(graph) -> list:
+    """The CPU stage's steps: OpNodes run one by one and FusedSteps."""
+    order = graph.cpu_nodes
+    inst = graph.instances
+    steps: list = []
+    pos = 0
+    while pos < len(order):
+        step = _chain_from(order, pos, inst)
+        if step is None:
+            steps.append(order[pos])
+            pos += 1
+        else:
+            steps.append(step)
+            pos += len(step.segment)
+    return steps
+
+
+def _chain_from(order: list, pos: int, inst: dict) -> FusedStep | None:
+    head = order[pos]
+    if not per_sample(head, inst[head.id]):
+        return None
+    chain, tainted = [head], {head.id}  # tainted: the chain and whatever reads it
+    hoisted: list = []
+    deferred: list = []
+    best = None  # (chain, hoisted, deferred, end position) of the longest valid chain so far
+    for k in range(pos + 1, len(order)):
+        node = order[k]
+        srcs = _sources(node)
+        link = len(node.inputs) == 1 and node.inputs[0].source is chain[-1]
+        args_ok = all(x.source.id not in tainted for x in node.arg_inputs.values())
+        if link and args_ok and per_sample(node, inst[node.id]):
+            chain.append(node)
+            tainted.add(node.id)
+            best = (list(chain), list(hoisted), list(deferred), k)
+            continue
+        if any(s.id in tainted for s in srcs):
+            tainted.add(node.id)
+            deferred.append(node)
+        elif _stateless(node, inst[node.id]):
+            hoisted.append(node)
+        else:
+            break
+    if best is None:
+        return None
+    chain, hoisted, deferred, end = best
+    return FusedStep(chain, order[pos:end + 1], hoisted, deferred)
+
+
+def run_steps(ex, steps: list, it) -> None:
+    """Run the CPU stage's ``steps`` for iteration ``it`` on executor ``ex``."""
+    for step in steps:
+        if isinstance(step, FusedStep):
+            run_fused(ex, step, it)
+        else:
+            ex._run_node(step, it, gpu=False)
+
+
+def _key(x) -> tuple:
+    return (x.source.id, x.index)
+
+
+class _Stub:
+    """Stands in for a batch when asking run_cpu for the per-sample arguments (layout, length)."""
+
+    def __init__(self, layout: str, n: int):
+        self._layout, self._n = layout, n
+
+    def layout(self) -> str:
+        return self._layout
+
+    def __len__(self) -> int:
+        return self._n
+
+
+def _prepare(ex, step: FusedStep, it):
+    """Per member: its instance, BatchContext, per-sample arguments and output layouts."""
+    head = step.chain[0]
+    inputs = [it.values[_key(x)] for x in head.inputs]
+    sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
+    n = len(inputs[0]) if inputs else it.batch_size
+    layouts = [t.layout() for t in inputs]
+    members = []
+    for node in step.chain:
+        inst = ex.graph.instances[node.id]
+        ctx = BatchContext(n, it.index, pool=ex.pool, sources=sources,
+                           device_id=ex.gpu.device_id if ex.gpu else None)
+        ctx.on_error = "raise" if it.scopes else ex.on_error
+        ctx.index_offset = it.offset
+        arg_inputs = {k: it.values[_key(x)].samples() for k, x in node.arg_inputs.items()}
+        for k, v in arg_inputs.items():
+            if len(v) != n:
+                raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",
+                                    operator=inst.instance_name, origin=node.origin)
+        probe = BatchContext(n, it.index, fuse_probe={})
+        inst.run_cpu(probe, [_Stub(lay, n) for lay in layouts] or [], arg_inputs)
+        out_layouts = inst.output_layouts(layouts)
+        members.append((inst, ctx, probe.fuse_probe["arg_inputs"], out_layouts))
+        if node is not step.chain[-1]:
+            nxt = step.chain[step.chain.index(node) + 1]
+            layouts = [out_layouts[nxt.inputs[0].index]]
+    return inputs, n, members
+
+
+def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
+    """Every sample through the chain. Returns per-member result lists (tuples, None where the
+    sample did not get there) and the failures [(member, sample, error, is_sample_failure)]."""
+    links = [node.inputs[0].index for node in step.chain[1:]]
+    results = [[None] * n for _ in members]
+    head_samples = [t.samples() for t in inputs]
+
+    def one(i: int, failures: list) -> None:
+        x = tuple(s[i] for s in head_samples)
+        for j, (inst, ctx, arg_inputs, _) in enumerate(members):
+            try:
+                args = inst.sample_args(arg_inputs, i)
+                sctx = _sample_context(inst, ctx, i)
+                out = inst.run_sample(x, args, sctx)
+            except OperatorError as e:
+                failures.append((j, i, e, True))
+                return
+            except SAMPLE_ERRORS as e:
+                err = inst.sample_failure(e, ctx, i)
+                err.__cause__ = e
+                failures.append((j, i, err, True))
+                return
+            except Exception as e:  # noqa: BLE001 - the unfused rerun raises it properly
+                failures.append((j, i, e, False))
+                return
+            out = out if isinstance(out, tuple) else (out,)
+            results[j][i] = out
+            if j < len(links):
+                x = (out[links[j]],)
+
+    def run_chunk(bounds) -> list:
+        failures: list = []
+        for i in range(*bounds):
+            one(i, failures)
+        return failures
+
+    if pool is None or n < 2:
+        failures = run_chunk((0, n))
+    else:
+        futures = [pool.submit(run_chunk, c) for c in _chunks(n, pool._max_workers * 4)]
+        failures = [f for fut in futures for f in fut.result()]
+    return results, failures
+
+
+def _sample_context(inst, ctx: BatchContext, i: int) -> SampleContext:
+    return SampleContext(ctx.sample_index(i), ctx.iteration, inst.op_seed, ctx.source(i))
+
+
+def _outputs(node, inst, ctx: BatchContext, layouts: list, results: list, kept: list) -> list:
+    sources = [ctx.source(i) for i in kept] if ctx.sources else None
+    try:
+        return [TensorListCPU([results[i][k] for i in kept], layouts[k], sources) for k in range(inst.num_outputs)]
+    except OperatorError:
+        raise
+    except Exception as e:
+        from stoker.pipeline.executor import _annotate
+
+        raise _annotate(e, node) from e
+
+
+def run_fused(ex, step: FusedStep, it) -> None:
+    """Run one FusedStep; see the module docstring for how failures keep the unfused results."""
+    for node in step.hoisted:
+        ex._run_node(node, it, gpu=False)
+    try:
+        inputs, n, members = _prepare(ex, step, it)
+    except Exception:  # noqa: BLE001 - a batch-level error: the unfused order raises it where it would
+        _replay(ex, step, it, done=0)
+        return
+    results, failures = _compute(step, inputs, n, members, ex.pool)
+    k = min((f[0] for f in failures), default=len(step.chain))
+    for j in range(k):
+        node = step.chain[j]
+        inst, ctx, _, layouts = members[j]
+        for m, out in enumerate(_outputs(node, inst, ctx, layouts, results[j], list(range(n)))):
+            it.values[(node.id, m)] = out
+    if not failures:
+        for node in step.deferred:
+            ex._run_node(node, it, gpu=False)
+        return
+    node = step.chain[k]
+    inst, ctx, _, layouts = members[k]
+    failed = sorted((i, err) for j, i, err, caught in failures if j == k)
+    policy = inst.args.get("on_error") or ctx.on_error
+    if policy == "raise" or not all(caught for j, _, _, caught in failures if j == k):
+        _replay(ex, step, it, done=k)  # c(k) runs again unfused and raises as it would there
+        return
+    ctx.failures = dict(failed)
+    kept = [i for i in range(n) if i not in ctx.failures]
+    outs = _outputs(node, inst, ctx, layouts, results[k], kept)
+    _replay(ex, step, it, done=k, dropped=(ctx, n, outs))
+
+
+def _replay(ex, step: FusedStep, it, done: int, dropped=None) -> None:
+    """The segment in unfused order: members before c(done) are stored already, c(done) gets the
+    ``dropped`` outputs (and its failures dropped) when given, the rest runs node by node. Hoisted
+    nodes placed before c(done) ran already with the same batch, those after run again."""
+    stop = step.chain[done].id if done < len(step.chain) else None
+    chain_ids = {n.id: j for j, n in enumerate(step.chain)}
+    hoisted = {n.id for n in step.hoisted}
+    passed = False  # reached c(done) in the segment
+    for node in step.segment:
+        j = chain_ids.get(node.id)
+        if j is not None and j < done:
+            continue
+        if node.id == stop:
+            passed = True
+            if dropped is not None:
+                ctx, n, outs = dropped
+                ex._drop(it, node, ctx, n)
+                for m, out in enumerate(outs):
+                    it.values[(node.id, m)] = out
+                continue
+        if node.id in hoisted and not passed and stop is not None:
+            continue
+        ex._run_node(node, it, gpu=False)
