@@ -40,15 +40,12 @@ DALI_SCHEMA_NAMES = {
     "torch_python_function": "TorchPythonFunction",  # nvidia.dali.plugin.pytorch.fn
 }
 
-OWNED = "owned elsewhere (decoders/readers/resize/crop_mirror_normalize are being reworked by other helpers)"
 
 # (a) DALI arguments stoker does not accept yet.
 MISSING_OK: dict[tuple[str, str], str] = {}
 
 # (b) arguments DALI takes per sample that stoker takes only as one constant.
-NOT_TENSOR_OK = {
-    ("decoders.image_slice", "axes"): OWNED,
-}
+NOT_TENSOR_OK: dict[tuple[str, str], str] = {}
 
 # (c) defaults that differ on purpose.
 _DERIVED = "None means 'derived': stoker computes DALI's default when the argument is not given"
@@ -69,8 +66,9 @@ DEFAULT_OK = {
     ("transforms.crop", "from_end"): _DERIVED + " (1 per dimension)",
     ("transforms.crop", "to_start"): _DERIVED + " (0 per dimension)",
     ("transforms.crop", "to_end"): _DERIVED + " (1 per dimension)",
-    ("decoders.image_slice", "axes"): OWNED,
-    ("decoders.image_slice", "axis_names"): OWNED,
+    ("decoders.image_slice", "axes"): _DERIVED + " ([1, 0] via axis_names' 'WH'); None tells an unset axes "
+                                               "apart, as DALI refuses axes together with axis_names",
+    ("decoders.image_slice", "axis_names"): _DERIVED + " ('WH' unless axes is given)",
     ("resize", "mag_filter"): _FILTER,
     ("resize", "min_filter"): _FILTER,
     ("random_resized_crop", "mag_filter"): _FILTER,

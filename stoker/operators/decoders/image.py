@@ -227,8 +227,12 @@ class ImageDecoderSlice(_ImageDecoderBase):
             Arg("rel_end", "float_list", None, tensor=True, doc="relative end coordinates"),
             Arg("shape", "float_list", None, tensor=True, doc="absolute slice shape"),
             Arg("rel_shape", "float_list", None, tensor=True, doc="relative slice shape"),
-            Arg("axes", "int_list", None, doc="axis indices of the coordinates (DALI default [1, 0])"),
-            Arg("axis_names", "layout", None, doc="axis names of the coordinates (default 'WH')"),
+            Arg("axes", "int_list", None, tensor=True,
+                doc="axis indices (in [-2, 1]: 0 or -2 is H, 1 or -1 is W) of the coordinates; per "
+                    "sample allowed; not together with axis_names (None: axis_names' order)"),
+            Arg("axis_names", "layout", None,
+                doc="axis names ('H', 'W') of the coordinates; not together with axes (None: 'WH', "
+                    "x first, unless axes is given)"),
             Arg("normalized_anchor", "bool", True, doc="float anchor input is relative"),
             Arg("normalized_shape", "bool", True, doc="float shape input is relative")],
         inputs=(1, 3),
@@ -245,14 +249,25 @@ class ImageDecoderSlice(_ImageDecoderBase):
         ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if _given(a, k)]
         if len(ends) > 1:
             raise arg_error(name, ends[1], f"{', '.join(ends)} are mutually exclusive")
-        try:
-            self.axes = roi_mod.slice_axes(a.get("axes"), a.get("axis_names"))
-        except ValueError as e:
-            raise arg_error(name, "axis_names" if a.get("axis_names") else "axes", str(e)) from None
+        # A per-sample axes tensor is absent from the static args (_given says True then).
+        if _given(a, "axes") and a.get("axis_names"):
+            raise arg_error(name, "axes", "axes and axis_names are mutually exclusive")
+        self.axes = None  # per sample: run_sample reads each sample's axes
+        if "axes" in a:
+            try:
+                self.axes = roi_mod.slice_axes(a.get("axes"), a.get("axis_names"))
+            except ValueError as e:
+                raise arg_error(name, "axis_names" if a.get("axis_names") else "axes", str(e)) from None
         self.named = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
 
     def run_sample(self, inputs, args, ctx):
         named = {k: args.get(k) for k in self.named if args.get(k) is not None}
+        axes = self.axes
+        if axes is None:
+            try:
+                axes = roi_mod.slice_axes(np.asarray(args["axes"]).reshape(-1).tolist(), None)
+            except ValueError as e:
+                raise self.error(f"argument 'axes': {e}") from None
         if len(inputs) == 3:
             if named:
                 raise self.error("named slice arguments (start, end, shape ...) cannot be combined with "
@@ -261,7 +276,7 @@ class ImageDecoderSlice(_ImageDecoderBase):
 
             def window(h, w):
                 try:
-                    return roi_mod.positional_slice_window(h, w, self.axes, anchor, shape,
+                    return roi_mod.positional_slice_window(h, w, axes, anchor, shape,
                                                            bool(self.args["normalized_anchor"]),
                                                            bool(self.args["normalized_shape"]))
                 except ValueError as e:
@@ -273,7 +288,7 @@ class ImageDecoderSlice(_ImageDecoderBase):
 
             def window(h, w):
                 try:
-                    return roi_mod.slice_window(h, w, self.axes, **named)
+                    return roi_mod.slice_window(h, w, axes, **named)
                 except ValueError as e:
                     raise ImageDecodeError(str(e)) from None
         else:

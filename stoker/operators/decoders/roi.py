@@ -45,24 +45,35 @@ def crop_window(height: int, width: int, crop_h: float, crop_w: float, pos_x: fl
 
 
 def slice_axes(axes: Sequence[int] | None, axis_names: str | None) -> list[int]:
-    """Axis indices (into HWC) that the slice arguments refer to, in argument order.
+    """Axis indices (0 = H, 1 = W) that the slice arguments refer to, in argument order.
 
-    ``axis_names`` wins when given; then ``axes``; DALI's default is "WH".
+    ``axis_names`` ("H"/"W" letters) or ``axes`` (each in [-2, 1], negative
+    counting from the back of HW), never both (as in DALI, which slices the
+    image's spatial axes only); neither gives DALI's default "WH".
     """
+    if axis_names and axes is not None:
+        raise ValueError("axes and axis_names are mutually exclusive")
     if axis_names:
+        if "C" in axis_names:
+            raise ValueError(f"axis_names={axis_names!r}: slicing the channel axis is not supported by "
+                             "the image decoders")
         try:
-            return [_AXIS_OF[c] for c in axis_names]
+            out = [_AXIS_OF[c] for c in axis_names]
         except KeyError:
-            raise ValueError(f"axis_names={axis_names!r}: an image has axes 'H', 'W' and 'C'") from None
-    if axes is not None:
+            raise ValueError(f"axis_names={axis_names!r}: an image has axes 'H' and 'W'") from None
+    elif axes is not None:
         out = []
         for a in axes:
             a = int(a)
-            if not -3 <= a < 3:
-                raise ValueError(f"axes={list(axes)}: axis {a} out of range for an HWC image")
-            out.append(a % 3)
-        return out
-    return [1, 0]
+            if not -2 <= a < 2:
+                raise ValueError(f"axes={list(axes)}: axis {a} is out of range [-2, 1] for the image's "
+                                 "H and W axes")
+            out.append(a % 2)
+    else:
+        return [1, 0]
+    if len(set(out)) != len(out):
+        raise ValueError(f"axes {out} name an axis twice")
+    return out
 
 
 def slice_window(height: int, width: int, axes: list[int], *, start=None, rel_start=None, end=None,

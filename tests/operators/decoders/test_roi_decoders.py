@@ -33,6 +33,9 @@ SLICE_CASES = [
     dict(rel_start=(0.3, 0.1), rel_end=(0.9, 0.77)),
     dict(start=(3, 4), end=(20, 30), axis_names="HW"),
     dict(start=(3, 4), end=(20, 30), axes=(0, 1)),
+    dict(start=(3, 4), end=(20, 30), axes=(-1, -2)),
+    dict(rel_start=(0.2,), rel_shape=(0.5,), axes=(0,)),
+    dict(start=(7,), end=(30,), axis_names="W"),
     dict(start=(5, 7), shape=(11, 13)),
     dict(rel_shape=(0.51, 0.49)),
     dict(start=(0, 0), shape=(H, H)),
@@ -121,6 +124,57 @@ def test_image_crop_per_sample_tensor_args(images, reference_rgb):
     y, x = math.floor(0.5 * (H - 10) + 0.5), math.floor(0.5 * (W - 20) + 0.5)
     np.testing.assert_array_equal(outs[1], reference_rgb[y:y + 10, x:x + 20])
     np.testing.assert_array_equal(outs[2], reference_rgb[:, W - 1:])
+
+
+@pytest.mark.oracle
+def test_image_slice_per_sample_axes_match_dali(images):
+    """axes as a per-sample tensor (DALI allows it): each sample reads start/end in its own order."""
+    names = _names(images)
+    datas = [as_u8(images[n]) for n in names]
+    orders = [np.array(a, np.int32) for a in ([0, 1], [1, 0], [-1, -2], [-2, -1])][:len(datas)]
+
+    def build(x, fn, t, **extra):
+        ax = fn.external_source(source=lambda: orders, batch=True)
+        return fn.decoders.image_slice(x, start=(2, 5), end=(20, 30), axes=ax, **extra)
+
+    (ours,) = run_stoker(datas, build)
+    (ref,) = run_dali(datas, lambda x, fn, t: build(x, fn, t, device="cpu"))
+    for name, a, b in zip(names, ours, ref):
+        assert a.shape == b.shape, (name, a.shape, b.shape)
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert ours[0].shape[:2] == (18, 25) and ours[1].shape[:2] == (25, 18)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(axes=(0, 1), axis_names="HW"), "mutually exclusive"),
+    (dict(axes=(0, 2)), "out of range"),
+    (dict(axes=(-3, 0)), "out of range"),
+    (dict(axis_names="CW"), "channel"),
+    (dict(axes=(1, -1)), "twice"),
+])
+def test_bad_slice_axes_fail_at_build(kw, match):
+    from stoker import fn, pipeline_def
+    from stoker.errors import PipelineBuildError
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        src = fn.external_source(source=lambda: [np.zeros(4, np.uint8)], batch=True)
+        return fn.decoders.image_slice(src, start=(1, 1), end=(3, 3), **kw)
+
+    with pytest.raises(PipelineBuildError, match=match) as e:
+        pipe().build()
+    assert "decoders.image_slice" in str(e.value)
+
+
+def test_bad_per_sample_axes_name_the_argument(images):
+    datas = [as_u8(images["rgb.png"])]
+
+    def build(x, fn, t):
+        ax = fn.external_source(source=lambda: [np.array([0, 5], np.int32)], batch=True)
+        return fn.decoders.image_slice(x, start=(1, 1), end=(3, 3), axes=ax)
+
+    with pytest.raises(OperatorError, match="'axes'.*out of range"):
+        run_stoker(datas, build)
 
 
 @pytest.mark.parametrize("op,kw,match", [
