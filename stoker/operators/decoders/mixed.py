@@ -38,6 +38,7 @@ import numpy as np
 
 from stoker.operators.base import SampleContext
 from stoker.operators.gpu_registry import register_gpu
+from stoker.operators.image.geometry import crop_anchor
 from stoker.operators.random.crop_window import sample_crop_window
 
 _GPU_CODECS = {"jpeg"}
@@ -240,9 +241,8 @@ def _window(op, kind, args, i, batch, h, w):
         ch = int(_first(args.get("crop_h"), 0) or ch) or h
         cw = int(_first(args.get("crop_w"), 0) or cw) or w
         py, px = float(_first(args.get("crop_pos_y"), 0.5)), float(_first(args.get("crop_pos_x"), 0.5))
-        y0 = int(np.floor(py * (h - ch) + 0.5))
-        x0 = int(np.floor(px * (w - cw) + 0.5))
-        return y0, x0, ch, cw
+        # the CPU decoder's anchor rule, so both devices cut the same window
+        return crop_anchor(h, ch, py), crop_anchor(w, cw, px), ch, cw
     # image_slice: anchor and shape as further inputs are not supported on this path yet.
     raise NotImplementedError(f"decoders.{kind} with device='mixed' is not implemented yet")
 
