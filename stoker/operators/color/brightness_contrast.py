@@ -15,8 +15,9 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from stoker.operators.base import Operator
 from stoker.operators.color._common import half_range, scalar, to_dtype, type_range
+from stoker.operators.image.crop import LayoutAware
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
 _BRIGHTNESS = Arg("brightness", "float", 1.0, tensor=True, doc="multiplier of the (contrast-adjusted) value")
@@ -31,7 +32,8 @@ _DTYPE = Arg("dtype", "dtype", None, doc="output type (default: the input's)")
 _LUT_TYPES = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64)}
 
 
-class _BrightnessContrastBase(Operator):
+@frame_args("brightness", "brightness_shift", "contrast", "contrast_center")
+class _BrightnessContrastBase(LayoutAware):  # LayoutAware: per-frame arguments need the input's layout
     def run_sample(self, inputs, args, ctx):
         img = np.asarray(inputs[0])
         if img.dtype.kind not in "iuf":

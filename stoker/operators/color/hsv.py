@@ -22,6 +22,7 @@ from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.color._common import apply_affine, check_channels_last, hsv_matrix, scalar, to_dtype
 from stoker.operators.image.crop import LayoutAware
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
 _HUE = Arg("hue", "float", 0.0, tensor=True, doc="hue delta in degrees (wraps around at 360)")
@@ -29,6 +30,7 @@ _SAT = Arg("saturation", "float", 1.0, tensor=True, doc="saturation multiplier (
 _IMAGE_TYPE = Arg("image_type", "image_type", types.RGB, doc="colour space of input and output: RGB or BGR")
 
 
+@frame_args("hue", "saturation", "value", "brightness", "contrast")  # each subclass's own; all per frame
 class _LinearColor(LayoutAware):
     """Shared body: build this sample's matrix (and offset), apply it, convert the type."""
 

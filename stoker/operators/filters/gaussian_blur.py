@@ -19,6 +19,7 @@ from stoker.errors import arg_error
 from stoker.operators.color._common import spatial_layout, to_dtype
 from stoker.operators.filters._separable import as_filter_input, per_axis, separable_filter
 from stoker.operators.image.crop import LayoutAware
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
 
@@ -40,6 +41,7 @@ def kernel_params(sigma: float, window: int) -> tuple[float, int]:
 
 
 @register
+@frame_args("sigma", "window_size")
 class GaussianBlur(LayoutAware):
     """Blurs images, volumes or sequences with a Gaussian kernel."""
 

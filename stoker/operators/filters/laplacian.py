@@ -22,6 +22,7 @@ from stoker.errors import arg_error
 from stoker.operators.color._common import spatial_layout, to_dtype
 from stoker.operators.filters._separable import as_filter_input, per_axis, separable_filter
 from stoker.operators.image.crop import LayoutAware
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
 
@@ -41,6 +42,7 @@ def derivative_window(size: int) -> np.ndarray:
 
 
 @register
+@frame_args("scale", "smoothing_size", "window_size")
 class Laplacian(LayoutAware):
     """Laplacian of images, volumes or sequences (sum of smoothed second derivatives)."""
 

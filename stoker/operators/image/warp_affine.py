@@ -14,8 +14,9 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
-from stoker.operators.base import Operator
+from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.slice import c_cast_array
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor.basic import convert
 
@@ -24,7 +25,8 @@ _INTERP = {types.INTERP_NN: cv2.INTER_NEAREST, types.INTERP_LINEAR: cv2.INTER_LI
 
 
 @register
-class WarpAffine(Operator):
+@frame_args("matrix", split_sequences=True)
+class WarpAffine(LayoutAware):
     """Applies an affine transform to HWC images."""
 
     schema = Schema(
@@ -35,7 +37,8 @@ class WarpAffine(Operator):
             "input coordinates, otherwise input to output. ``size`` is the output (H, W) (default: "
             "the input's). Outside the input, ``fill_value`` is written; without it the border "
             "pixels are repeated. ``interp_type``: INTERP_NN, INTERP_LINEAR (default) or INTERP_CUBIC "
-            "(a stoker extension: DALI warps with NN and linear only).",
+            "(a stoker extension: DALI warps with NN and linear only). Sequences (FHWC) are warped frame by "
+            "frame; matrix may be per frame (fn.per_frame, one 2x3 matrix per frame).",
         args=[Arg("matrix", "float_list", None, tensor=True, doc="2x3 matrix, row-major (6 values)"),
               Arg("inverse_map", "bool", True, doc="the matrix maps output to input"),
               Arg("size", "float_list", None, tensor=True, doc="output (H, W); default: the input's size"),

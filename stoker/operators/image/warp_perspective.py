@@ -16,6 +16,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
 _INTERP = {types.INTERP_NN: cv2.INTER_NEAREST, types.INTERP_LINEAR: cv2.INTER_LINEAR,
@@ -45,6 +46,7 @@ _DOC = ("Resamples each HW, HWC or CHW image (or every frame of an FHWC / FCHW s
 
 
 @register
+@frame_args("matrix")
 class WarpPerspective(Operator):
     """Applies a perspective transform to HWC images."""
 
