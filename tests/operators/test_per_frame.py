@@ -67,7 +67,8 @@ CASES = {
 def test_per_frame_argument_matches_dali(name):
     build, values, tol = CASES[name]
     ours = _check(build, _vals(values), tol, name)
-    # the frames really got different values: a sequence's frames differ from a per-sample run
+    # sequences stay sequences (frame counts kept); test_per_frame_values_are_applied_frame_by_frame
+    # checks each frame against its own value independently of DALI
     (samples, layout), = ours
     assert layout == "FHWC" and [s.shape[0] for s in samples] == [3, 2, 1]
 
@@ -90,6 +91,19 @@ def test_rotated_sequence_canvas_matches_dali(hw):
 def test_warp_affine_per_frame_matrices_match_dali():
     mats = [np.stack([np.float32([[1, 0.1 * f, 2], [0.05, 1, -1.5 * f]]) for f in range(s.shape[0])]) for s in SEQS]
     _check(lambda fn, t, x, a: fn.warp_affine(x, matrix=a, fill_value=0), mats, 1, "warp_affine")
+
+
+@pytest.mark.oracle
+def test_warp_perspective_per_frame_matrices_match_dali():
+    mats = [np.stack([np.float32([[1, 0.05 * f, 1], [0.02, 1, -1.0 * f], [0.001 * f, 0, 1]])
+                      for f in range(s.shape[0])]) for s in SEQS]
+
+    def build(fn, t, x, a):
+        # DALI 2.4 has it as fn.experimental.warp_perspective only; stoker has both names
+        op = fn.warp_perspective if hasattr(fn, "warp_perspective") else fn.experimental.warp_perspective
+        return op(x, matrix=a, fill_value=0)
+
+    _check(build, mats, 1, "warp_perspective")
 
 
 @pytest.mark.oracle
