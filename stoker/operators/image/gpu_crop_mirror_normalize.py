@@ -36,10 +36,11 @@ def crop_window(args: dict, in_h: int, in_w: int):
             ch = cw = c[0]
         elif c.size >= 2:
             ch, cw = c[-2], c[-1]
-    if args.get("crop_h") is not None and float(np.asarray(args["crop_h"]).reshape(-1)[0]) > 0:
-        ch = float(np.asarray(args["crop_h"]).reshape(-1)[0])
-    if args.get("crop_w") is not None and float(np.asarray(args["crop_w"]).reshape(-1)[0]) > 0:
-        cw = float(np.asarray(args["crop_w"]).reshape(-1)[0])
+    if crop is None:  # crop wins over crop_h/crop_w, as on the CPU (crop.requested_window)
+        if args.get("crop_h") is not None:
+            ch = float(np.asarray(args["crop_h"]).reshape(-1)[0])
+        if args.get("crop_w") is not None:
+            cw = float(np.asarray(args["crop_w"]).reshape(-1)[0])
     # an extent below one pixel (0, 0.5, negative) keeps the axis whole, as DALI
     ch = int(ch) if int(ch) >= 1 else in_h
     cw = int(cw) if int(cw) >= 1 else in_w
@@ -123,9 +124,8 @@ def batch_windows(op, x, arg_inputs):
             ch[:] = cw[:] = c[0]
         elif c.size >= 2:
             ch[:], cw[:] = c[-2], c[-1]
-    req_h, req_w = _column(op, arg_inputs, "crop_h", n, 0.0), _column(op, arg_inputs, "crop_w", n, 0.0)
-    ch = np.where(req_h > 0, req_h, ch)
-    cw = np.where(req_w > 0, req_w, cw)
+    else:  # crop wins over crop_h/crop_w, as on the CPU (crop.requested_window)
+        ch, cw = _column(op, arg_inputs, "crop_h", n, 0.0), _column(op, arg_inputs, "crop_w", n, 0.0)
     # an extent below one pixel (0, 0.5, negative) keeps the axis whole, as DALI
     ch = np.where(np.trunc(ch) >= 1, np.trunc(ch).astype(np.int64), in_h)
     cw = np.where(np.trunc(cw) >= 1, np.trunc(cw).astype(np.int64), in_w)

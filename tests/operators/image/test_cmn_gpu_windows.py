@@ -56,3 +56,17 @@ def test_batch_windows_equal_cpu_windows(rounding, crop):
               for s, x, y in zip(shapes, px, py)]
     assert single == expected
     assert not mirror.any()
+
+
+@pytest.mark.parametrize("crop", [None, [9.0, 7.0]])
+def test_crop_wins_over_crop_h_and_crop_w_as_on_the_cpu(crop):
+    shapes = np.array([[20, 30, 3], [25, 16, 3], [12, 12, 3]])
+    crop_h, crop_w = [5.0, 0.0, 8.0], [6.0, 4.0, 0.0]
+    op = _Op(crop=crop)
+    windows, _ = batch_windows(op, _Batch(shapes), {"crop_h": crop_h, "crop_w": crop_w})
+    expected = [_cpu_windows({**op.args, "crop_h": h, "crop_w": w}, [s])[0]
+                for s, h, w in zip(shapes, crop_h, crop_w)]
+    assert windows.tolist() == expected
+    single = [list(crop_window({**op.args, "crop_h": h, "crop_w": w}, int(s[0]), int(s[1])))
+              for s, h, w in zip(shapes, crop_h, crop_w)]
+    assert single == expected
