@@ -36,10 +36,11 @@ run again unfused, which raises exactly as the unfused executor does.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 
 from stoker.errors import OperatorError
-from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext, _chunks
+from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
 from stoker.tensors import TensorListCPU
 
 # run_cpu overrides that only check batch-level arguments or add argument inputs and then call
@@ -227,18 +228,27 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
             if j < len(links):
                 x = (out[links[j]],)
 
-    def run_chunk(bounds) -> list:
-        failures: list = []
-        for i in range(*bounds):
-            one(i, failures)
-        return failures
-
     if pool is None or n < 2:
-        failures = run_chunk((0, n))
-    else:
-        futures = [pool.submit(run_chunk, c) for c in _chunks(n, pool._max_workers * 4)]
-        failures = [f for fut in futures for f in fut.result()]
-    return results, failures
+        failures: list = []
+        for i in range(n):
+            one(i, failures)
+        return results, failures
+    # One task per thread, each taking the next sample until none is left: the batch ends with at
+    # most one sample per thread still running rather than a chunk (a whole chain per sample
+    # makes chunks long). Results land by index, so the order samples are taken in is irrelevant.
+    todo, lock = iter(range(n)), threading.Lock()
+
+    def worker() -> list:
+        failures: list = []
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return failures
+            one(i, failures)
+
+    futures = [pool.submit(worker) for _ in range(min(n, pool._max_workers))]
+    return results, [f for fut in futures for f in fut.result()]
 
 
 def _sample_context(inst, ctx: BatchContext, i: int) -> SampleContext:
