@@ -7,8 +7,10 @@ Pipelines (same augmentations everywhere):
          random horizontal mirror, normalize to float CHW.
   val:   read file, decode, resize shorter side to 256, centre crop 224, normalize to float CHW.
 
-Libraries: ``stoker`` (its DALI-style API), ``dali`` (NVIDIA DALI's CPU pipeline, when installed),
-``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL decode, transforms v2).
+Libraries: ``stoker`` (its DALI-style API), ``stoker-unfused`` (the same with ``STOKER_FUSE=0``:
+every CPU operator over the whole batch on its own, no operator fusion), ``dali`` (NVIDIA DALI's CPU
+pipeline, when installed), ``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL
+decode, transforms v2).
 Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s, the CPU
 time per image (the process and its worker processes: comparable even when other work shares the
 machine) and the 1-minute load average at the end, then the ratios per round.
@@ -28,7 +30,9 @@ STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
 def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
-    if lib == "stoker":
+    if lib.startswith("stoker"):
+        if lib == "stoker-unfused":
+            os.environ["STOKER_FUSE"] = "0"
         import stoker.fn as fn
         import stoker.types as types
         from stoker import pipeline_def
