@@ -1,4 +1,5 @@
-"""Operator fusion in the CPU stage: a chain of per-sample operators as one pool task per chunk.
+"""Operator fusion in the CPU stage: each sample goes through a chain of per-sample operators in
+one go, on pool tasks that take the next sample until the batch is done.
 
 Why it exists: unfused, the CPU stage runs one operator at a time over the whole batch (its
 samples in chunks on the pool, then a wait). Each operator's tail (the last chunk running while
@@ -122,6 +123,8 @@ def _chain_from(order: list, pos: int, inst: dict) -> FusedStep | None:
     best = None  # (chain, hoisted, deferred, end position) of the longest valid chain so far
     for k in range(pos + 1, len(order)):
         node = order[k]
+        if node.scope is not None or node.op_name.startswith("_conditional."):
+            break  # a branch sets it.scopes when it runs, which changes later members' error policy
         srcs = _sources(node)
         link = len(node.inputs) == 1 and node.inputs[0].source is chain[-1]
         args_ok = all(x.source.id not in tainted for x in node.arg_inputs.values())

@@ -231,3 +231,33 @@ def test_raise_names_the_failing_member(corrupt_dir, data_dir, monkeypatch, fuse
         pipe.run()
     pipe.close()
     assert "decoders.image" in str(info.value) and "img_004x" in str(info.value)
+
+
+def conditional(root, threads, on_error="raise", batch=4, prefetch=2):
+    """Chains before and after an if/else on a per-sample coin: branch members stay unfused."""
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=9, on_error=on_error,
+                  prefetch_queue_depth=prefetch, enable_conditionals=True)
+    def p():
+        jpegs, labels = fn.readers.file(file_root=root, name="r")
+        img = fn.resize(fn.decoders.image(jpegs), resize_x=30, resize_y=26)
+        if fn.random.coin_flip(probability=0.5):
+            img = fn.rotate(img, angle=fn.random.uniform(range=[-20, 20]), keep_size=True)
+        else:
+            img = fn.flip(img, horizontal=1)
+        out = fn.crop_mirror_normalize(fn.resize(img, resize_x=20, resize_y=20), mean=MEAN, std=STD,
+                                       mirror=fn.random.coin_flip())
+        return out, labels
+
+    return p()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conditionals_identical(data_dir, monkeypatch, threads):
+    a = run_all(conditional, monkeypatch, True, 4, root=data_dir, threads=threads)
+    b = run_all(conditional, monkeypatch, False, 4, root=data_dir, threads=threads)
+    assert_same(a, b)
+    monkeypatch.setenv("STOKER_FUSE", "1")
+    found = chains(conditional(data_dir, threads))
+    assert (["decoders.image", "resize"], [], []) in found
+    assert all("rotate" not in c and "flip" not in c for c, _, _ in found)
