@@ -4,9 +4,12 @@ one go, on pool tasks that take the next sample until the batch is done.
 Why it exists: unfused, the CPU stage runs one operator at a time over the whole batch (its
 samples in chunks on the pool, then a wait). Each operator's tail (the last chunk running while
 the other threads idle) and its per-batch Python (argument gathering, building the output batch)
-serialize the pool; on the 2-core training pipeline only ~1.35 cores stayed busy. Fused, sample i
-goes decode -> resize -> crop_mirror_normalize inside one task, so the threads only meet once per
-chain. ``STOKER_FUSE=0`` turns it off (the executor then runs every node on its own).
+serialize the pool. Fused, sample i goes decode -> resize -> crop_mirror_normalize inside one
+task, so the threads only meet once per chain. On the 2-core box this raised the busy cores of the
+training pipeline from 1.60-1.69 to 1.68-1.78, but images/s stayed level within noise there (each
+operator got slower by about as much with both vCPUs busy; see benchmarks/RESULTS.md). With more
+threads each barrier idles more of them. ``STOKER_FUSE=0`` turns it off (the executor then runs
+every node on its own), for comparison or should a fused chain ever misbehave.
 
 A chain is a run of CPU nodes c0, c1, ... cm (m >= 1) in the graph's topological order where:
 
