@@ -82,7 +82,7 @@ class Resize(LayoutAware):
         a = self.args
         if a["mode"] not in RESIZE_MODES:
             raise arg_error("resize", "mode", f"must be one of {', '.join(RESIZE_MODES)}, got {a['mode']!r}")
-        if a["resize_shorter"] and a["resize_longer"]:
+        if a.get("resize_shorter") and a.get("resize_longer"):  # (absent when given per sample)
             raise arg_error("resize", "resize_shorter", "cannot be used together with resize_longer")
         if a["max_size"] is not None and any(m < 0 for m in a["max_size"]):
             raise arg_error("resize", "max_size", "must not be negative")

@@ -186,3 +186,20 @@ def test_exactly_one_way_to_give_the_size(kwargs, images, run_stoker):
 
     with pytest.raises(StokerError, match="exactly one way"):
         run_stoker("resize", [images["gray"]], **kwargs)
+
+
+def test_resize_shorter_as_argument_input_builds_and_applies_per_sample():
+    """resize_shorter given per sample (an argument input) used to fail at build with a KeyError."""
+    import stoker.fn as fn
+    from stoker import pipeline_def
+
+    @pipeline_def(batch_size=3, num_threads=1, device_id=None, seed=1)
+    def p():
+        img = fn.external_source(lambda: [np.zeros((40 + i * 10, 60, 3), np.uint8) for i in range(3)], batch=True)
+        shorter = fn.external_source(lambda: [np.float32(20 + 5 * i) for i in range(3)], batch=True)
+        return fn.resize(img, resize_shorter=shorter)
+
+    pipe = p()
+    pipe.build()
+    (out,) = pipe.run()
+    assert out.shape() == [(20, 30, 3), (25, 30, 3), (30, 30, 3)]
