@@ -174,7 +174,9 @@ class Transpose(Operator):
         if self.args["output_layout"]:
             return [self.args["output_layout"]]
         lay = input_layouts[0] if input_layouts else ""
-        if lay and self.args["transpose_layout"] and len(lay) == len(self.args["perm"]):
+        if not self.args["transpose_layout"]:
+            return [lay]  # the layout string is kept as it was, as DALI does
+        if lay and len(lay) == len(self.args["perm"]):
             return ["".join(lay[p] for p in self.args["perm"])]
         return [""]
 

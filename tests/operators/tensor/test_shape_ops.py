@@ -111,3 +111,20 @@ def test_get_property_requires_key():
 @pytest.mark.oracle
 def test_shapes_deprecated_type_matches_dali():
     check(lambda fn, t, x: fn.shapes(x, type=t.INT32), X32)
+
+
+T = [RNG.integers(0, 100, (3, 5, 2)).astype(np.uint8), RNG.integers(0, 100, (4, 1, 2)).astype(np.uint8)]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("kw", [dict(perm=[2, 0, 1]), dict(perm=[1, 0, 2]), dict(perm=[2, 0, 1], transpose_layout=False),
+                                dict(perm=[2, 1, 0], output_layout="XYZ")], ids=str)
+def test_transpose_matches_dali(kw):
+    check(lambda fn, t, x: fn.transpose(x, **kw), T, layouts=["HWC"], what=str(kw))
+
+
+@pytest.mark.oracle
+def test_copy_matches_dali():
+    out = check(lambda fn, t, x: fn.copy(x), T, layouts=["HWC"])
+    (samples, _), = out
+    assert all(s is not b for s, b in zip(samples, T))  # a copy, not the fed arrays
