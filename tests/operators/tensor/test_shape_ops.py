@@ -117,7 +117,8 @@ T = [RNG.integers(0, 100, (3, 5, 2)).astype(np.uint8), RNG.integers(0, 100, (4, 
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("kw", [dict(perm=[2, 0, 1]), dict(perm=[1, 0, 2]), dict(perm=[2, 0, 1], transpose_layout=False),
+@pytest.mark.parametrize("kw", [dict(perm=[2, 0, 1]), dict(perm=[1, 0, 2]),
+                                dict(perm=[2, 0, 1], transpose_layout=False),
                                 dict(perm=[2, 1, 0], output_layout="XYZ")], ids=str)
 def test_transpose_matches_dali(kw):
     check(lambda fn, t, x: fn.transpose(x, **kw), T, layouts=["HWC"], what=str(kw))
