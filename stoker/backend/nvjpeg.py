@@ -95,6 +95,11 @@ def _check(status: int, what: str) -> None:
         raise NvjpegUnavailable(f"{what} failed (nvjpegStatus {status})")
 
 
+def has_end_marker(data) -> bool:
+    """Whether an encoded JPEG ends with its end-of-image marker (within its last 32 bytes)."""
+    return b"\xff\xd9" in bytes(memoryview(data).cast("B")[-32:])
+
+
 def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
     Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere), ending with an
@@ -103,8 +108,8 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     n = len(buf)
     if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         return None
-    if b"\xff\xd9" not in bytes(buf[max(0, n - 32):]):
-        return None  # no end marker: truncated, left to the CPU decoder, which reports it
+    if not has_end_marker(data):
+        return None  # truncated: left to the CPU decoder, which reports it
     pos = 2
     while pos + 4 <= n:
         if buf[pos] != 0xFF:

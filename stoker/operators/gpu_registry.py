@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
+
 _GPU_IMPLS: dict[str, Callable] = {}
 FALLBACKS: Counter = Counter()
 
@@ -131,6 +133,26 @@ def upload_table(table, batch):
     from stoker.operators.transfer import _ring
 
     return _ring(batch).upload(table, current_stream(batch))
+
+
+def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarray:
+    """A scalar argument for every sample as a float64 (n,) array: its argument input (first
+    value of each sample's tensor) or the static value, ``default`` where neither is given."""
+    if name in arg_inputs:
+        return np.asarray([np.ravel(v)[0] if np.size(v) else default for v in arg_inputs[name]], np.float64)
+    v = op.args.get(name)
+    if v is None:
+        return np.full(n, default, np.float64)
+    a = np.asarray(v, dtype=np.float64).reshape(-1)
+    return np.full(n, a[0] if a.size else default, np.float64)
+
+
+def flat_offsets(sizes) -> np.ndarray:
+    """Start of each of ``sizes`` when they are laid back to back (int64)."""
+    sizes = np.asarray(sizes, np.int64).reshape(-1)
+    out = np.zeros(sizes.size, np.int64)
+    np.cumsum(sizes[:-1], out=out[1:])
+    return out
 
 
 def sample_geometry(arr):

@@ -41,6 +41,7 @@ from stoker.operators.decoders.mixed import (
     _pair,
     _window,
 )
+from stoker.operators.gpu_registry import flat_offsets
 
 _RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
 
@@ -118,7 +119,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     order = hw_idx + hyb_idx + cpu_idx
     nbytes = shapes.prod(axis=1)
     offsets = np.zeros(n, np.int64)
-    offsets[order] = np.concatenate([[0], np.cumsum(nbytes[order])[:-1]]) if n else []
+    offsets[order] = flat_offsets(nbytes[order])
     cpu_start = int(nbytes[hw_idx].sum() + nbytes[hyb_idx].sum())
     stream = cuda.current_stream(batch)
     device_id = batch.device_id or 0
@@ -269,7 +270,7 @@ def _hybrid_job(st, arrays, wins, sizes, idx, out, offsets, fixed, device_id):
     data = [arrays[i] for i in idx]
     full = sizes[idx]
     full_bytes = full[:, 0] * full[:, 1] * 3
-    full_offsets = np.concatenate([[0], np.cumsum(full_bytes)[:-1]]).astype(np.int64)
+    full_offsets = flat_offsets(full_bytes)
     windows = np.asarray([wins[i] for i in idx], np.int64).reshape(-1, 4)
 
     def job():
@@ -369,7 +370,7 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         out = TensorListGPU.from_flat(buf, offsets, shapes, "HWC", sources)
     else:  # a sample whose size the header did not tell (or EXIF-rotated): a list batch
         st.timing["list_batches"] += 1
-        results = [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())]
+        results = list(TensorListGPU.from_flat(buf, offsets, shapes).samples())
         dev, offs = ring.upload_many(host, stream)
         for i, a, off in zip(cpu_idx, host, offs):
             results[i] = dev[off:off + a.nbytes].reshape(a.shape)

@@ -36,6 +36,7 @@ import time
 import cv2
 import numpy as np
 
+from stoker.backend.nvjpeg import has_end_marker
 from stoker.operators.base import SampleContext
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.image.geometry import crop_anchor
@@ -217,12 +218,6 @@ def _header(data: np.ndarray):
         return None, "", 0, 0
 
 
-def _complete_jpeg(data) -> bool:
-    """Whether an encoded JPEG ends with its end-of-image marker (within its last 32 bytes)."""
-    tail = np.asarray(data, np.uint8)[-32:].tobytes()
-    return b"\xff\xd9" in tail
-
-
 def _window(op, kind, args, i, batch, h, w):
     """(y0, x0, wh, ww) of sample i, or None for the whole image."""
     if kind == "image":
@@ -320,7 +315,7 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     # Images over the pixel limit go to the CPU decoder, which refuses them from the header.
     # So do JPEGs without an end marker: a GPU decoder may return a truncated one half-grey, where
     # the CPU decoder reports it (and on_error can skip it in the CPU stage).
-    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and _complete_jpeg(enc[i])
+    gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and has_end_marker(enc[i])
                and not (max_pixels and hd[2] * hd[3] > max_pixels)] if on_gpu else []
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]

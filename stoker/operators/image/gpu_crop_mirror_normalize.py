@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import grid_for, host_fallback, register_gpu, upload_table
+from stoker.operators.gpu_registry import batch_column, grid_for, host_fallback, register_gpu, upload_table
 from stoker.operators.image.geometry import crop_anchor
 from stoker.operators.image.geometry_batch import crop_anchors
 
@@ -99,17 +99,6 @@ def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32,
     return out
 
 
-def _column(op, arg_inputs, name, n, default):
-    """Per-sample scalar argument as a float64 (n,) array: the argument input, or the static value."""
-    if name in arg_inputs:
-        return np.asarray([np.ravel(v)[0] if np.size(v) else default for v in arg_inputs[name]], np.float64)
-    v = op.args.get(name)
-    if v is None:
-        return np.full(n, default, np.float64)
-    a = np.asarray(v, dtype=np.float64).reshape(-1)
-    return np.full(n, a[0] if a.size else default, np.float64)
-
-
 def batch_windows(op, x, arg_inputs):
     """(N, 4) crop windows (y0, x0, h, w) and (N,) mirror flags of a batch, without a loop per sample."""
     n = len(x)
@@ -125,15 +114,15 @@ def batch_windows(op, x, arg_inputs):
         elif c.size >= 2:
             ch[:], cw[:] = c[-2], c[-1]
     else:  # crop wins over crop_h/crop_w, as on the CPU (crop.requested_window)
-        ch, cw = _column(op, arg_inputs, "crop_h", n, 0.0), _column(op, arg_inputs, "crop_w", n, 0.0)
+        ch, cw = batch_column(op, arg_inputs, "crop_h", n, 0.0), batch_column(op, arg_inputs, "crop_w", n, 0.0)
     # an extent below one pixel (0, 0.5, negative) keeps the axis whole, as DALI
     ch = np.where(np.trunc(ch) >= 1, np.trunc(ch).astype(np.int64), in_h)
     cw = np.where(np.trunc(cw) >= 1, np.trunc(cw).astype(np.int64), in_w)
-    py, px = _column(op, arg_inputs, "crop_pos_y", n, 0.5), _column(op, arg_inputs, "crop_pos_x", n, 0.5)
+    py, px = batch_column(op, arg_inputs, "crop_pos_y", n, 0.5), batch_column(op, arg_inputs, "crop_pos_x", n, 0.5)
     rounding = op.args.get("rounding") or "round"
     windows = np.column_stack([crop_anchors(in_h, ch, py, rounding), crop_anchors(in_w, cw, px, rounding),
                                ch, cw]).astype(np.int64)
-    mirror = _column(op, arg_inputs, "mirror", n, 0.0) != 0
+    mirror = batch_column(op, arg_inputs, "mirror", n, 0.0) != 0
     return windows, mirror
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import grid_for, host_fallback, register_gpu, sample_geometry, upload_table
+from stoker.operators.gpu_registry import (
+    batch_column,
+    flat_offsets,
+    grid_for,
+    host_fallback,
+    register_gpu,
+    sample_geometry,
+    upload_table,
+)
 from stoker.operators.image.geometry import resize_plan
 from stoker.operators.image.geometry_batch import resize_plans
 
@@ -89,7 +97,7 @@ def resize_batch(samples, plans, batch, mirror=None):
         flat = None
     else:
         sizes = out_hw[:, 0] * out_hw[:, 1] * C
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else np.zeros(0, np.int64)
+        offsets = flat_offsets(sizes)
         buf = cp.empty(max(int(sizes.sum()) if n else 0, 1), cp.uint8)
         dst = buf.data.ptr + offsets
         dense, flat = None, (buf, offsets, np.column_stack([out_hw, np.full(n, C, np.int64)]))
@@ -121,8 +129,9 @@ def resize_samples(samples, plans, batch, mirror=None):
         return [dense[i] for i in range(dense.shape[0])], dense
     if flat is None:
         return [], None
-    buf, offsets, shapes = flat
-    return [buf[o:o + int(np.prod(s))].reshape(tuple(s)) for o, s in zip(offsets.tolist(), shapes.tolist())], None
+    from stoker.tensors_gpu import TensorListGPU
+
+    return list(TensorListGPU.from_flat(*flat).samples()), None
 
 
 def _uint8():
@@ -142,10 +151,8 @@ def _plans(op, x, arg_inputs):
     simple = set(arg_inputs) <= _BATCH_PLAN_ARGS and a.get("size") is None and a.get("roi_start") is None \
         and a.get("roi_end") is None and x.ndim == 3
     if simple:
-        def col(name):
-            if name in arg_inputs:
-                return np.asarray([np.ravel(v)[0] if np.size(v) else 0 for v in arg_inputs[name]], np.float64)
-            return a.get(name)
+        def col(name):  # 0 = not given, as resize_plans reads it
+            return batch_column(op, arg_inputs, name, n, 0.0)
 
         shapes = x.geometry()[2] if n else np.zeros((0, 3), np.int64)
         return resize_plans(shapes[:, :2], col("resize_y"), col("resize_x"), mode=a.get("mode") or "default",
