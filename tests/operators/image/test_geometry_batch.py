@@ -72,3 +72,21 @@ def test_crop_anchor_rounding_modes_differ_on_halves_and_negatives():
 
 def test_round_half_away_halves():
     assert round_half_away(np.array([0.5, 1.5, -0.5, -1.5, 2.49, -2.51])).tolist() == [1, 2, -1, -2, 2, -3]
+
+
+def test_gpu_resize_batch_plans_match_per_sample_plans_with_argument_inputs():
+    """gpu_resize._plans (the table the GPU kernel reads) on a stand-in batch: per-sample
+    argument inputs and static arguments give the per-sample planner's rows."""
+    from types import SimpleNamespace
+
+    from stoker.operators.image.gpu_resize import _plans
+
+    shapes = np.array([[40, 60, 3], [33, 17, 3], [224, 300, 3]])
+    batch = type("B", (), {"ndim": 3, "geometry": lambda self: (None, None, shapes), "__len__": lambda self: 3})()
+    op = SimpleNamespace(args={"resize_y": 50.0, "mode": "default", "max_size": None, "subpixel_scale": True},
+                         sample_args=None)
+    arg_inputs = {"resize_x": [np.float32(v) for v in (30, 0, 99)]}
+    got = _plans(op, batch, arg_inputs)
+    want = [plan({**op.args, "resize_x": float(arg_inputs["resize_x"][i])}, int(h), int(w))
+            for i, (h, w, _) in enumerate(shapes)]
+    np.testing.assert_array_equal(got, np.asarray(want))
