@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.errors import OperatorError, SampleError, StokerError
+from stoker.errors import OperatorError, SampleError, StokerError, detached
 from stoker.random_state import SampleRNG, batch_generator
 from stoker.tensors import TensorListCPU
 
@@ -143,7 +143,7 @@ class Operator:
                 err.__cause__ = e
             if policy == "raise":
                 raise err
-            batch.failures[i] = err
+            batch.failures[i] = detached(err)
             return None
 
         if batch.pool is None or n < 2 or not self.parallel_samples:

@@ -43,7 +43,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from stoker.errors import OperatorError
+from stoker.errors import OperatorError, detached
 from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
 from stoker.tensors import TensorListCPU
 
@@ -219,15 +219,15 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
                 sctx = _sample_context(inst, ctx, i)
                 out = inst.run_sample(x, args, sctx)
             except OperatorError as e:
-                failures.append((j, i, e, True))
+                failures.append((j, i, detached(e), True))
                 return
             except SAMPLE_ERRORS as e:
                 err = inst.sample_failure(e, ctx, i)
                 err.__cause__ = e
-                failures.append((j, i, err, True))
+                failures.append((j, i, detached(err), True))
                 return
             except Exception as e:  # noqa: BLE001 - the unfused rerun raises it properly
-                failures.append((j, i, e, False))
+                failures.append((j, i, detached(e), False))
                 return
             out = out if isinstance(out, tuple) else (out,)
             results[j][i] = out

@@ -152,7 +152,7 @@ def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
     decoded on the host and record the ones that failed in ``batch.failures``: the executor then
     drops and refills them before the GPU stage, as for a CPU operator. Under "raise" nothing
     waits; the error surfaces in the GPU stage."""
-    from stoker.errors import OperatorError
+    from stoker.errors import OperatorError, detached
 
     if (op.args.get("on_error") or batch.on_error) == "raise":
         return
@@ -160,9 +160,7 @@ def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
         try:
             future.result()
         except OperatorError as e:
-            # Without its traceback: the frames would hold this batch (and its device buffer)
-            # in a reference cycle until the garbage collector ran.
-            batch.failures[i] = e.with_traceback(None)
+            batch.failures[i] = detached(e)  # its frames would hold the batch's device buffer
 
 
 def _release(semaphore, held: list) -> None:
@@ -326,7 +324,7 @@ def finish_hardware(op, kind, batch, prep, arg_inputs, st, stream, t_start):
 
 
 def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
-    from stoker.operators.transfer import _ring
+    from stoker.operators.transfer import _ring, device_views
     from stoker.tensors_gpu import TensorListGPU
 
     cp = _cupy_mod()
@@ -372,8 +370,8 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         st.timing["list_batches"] += 1
         results = list(TensorListGPU.from_flat(buf, offsets, shapes).samples())
         dev, offs = ring.upload_many(host, stream)
-        for i, a, off in zip(cpu_idx, host, offs):
-            results[i] = dev[off:off + a.nbytes].reshape(a.shape)
+        for i, view in zip(cpu_idx, device_views(dev, offs, host)):
+            results[i] = view
         out = TensorListGPU(results, "HWC", sources)
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]
