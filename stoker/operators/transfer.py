@@ -19,7 +19,6 @@ def upload_batch(host, batch: BatchContext):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
     stream = cuda.current_stream(batch)
     ring = _ring(batch)
     # np.asarray(order="C"), not ascontiguousarray: that one turns 0-d samples (scalars, masks)
@@ -32,11 +31,17 @@ def upload_batch(host, batch: BatchContext):
         dense = ring.upload(np.stack(samples) if len(samples) > 1 else samples[0][None], stream)
         return TensorListGPU(dense, host.layout(), sources)
     buf, offsets = ring.upload_many(samples, stream)
-    views = []
-    for s, off in zip(samples, offsets):
-        flat = buf[off:off + s.nbytes].view(s.dtype) if s.nbytes else cp.empty(0, s.dtype)
-        views.append(flat.reshape(s.shape))
-    return TensorListGPU(views, host.layout(), sources, keep_alive=buf)
+    return TensorListGPU(device_views(buf, offsets, samples), host.layout(), sources, keep_alive=buf)
+
+
+def device_views(buf, offsets, arrays) -> list:
+    """Views of the flat uint8 device buffer ``buf`` shaped and typed as the host ``arrays`` that
+    were uploaded at ``offsets`` (:meth:`PinnedRing.upload_many`)."""
+    from stoker.backend import cuda
+
+    cp = cuda._cupy()
+    return [(buf[off:off + a.nbytes].view(a.dtype) if a.nbytes else cp.empty(0, a.dtype)).reshape(a.shape)
+            for a, off in zip(arrays, offsets)]
 
 
 _rings: dict = {}

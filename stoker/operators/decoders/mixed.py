@@ -343,7 +343,7 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
 def mixed_decode(op, kind, batch, inputs, arg_inputs):
     """Decode a batch of encoded samples to a ragged ``TensorListGPU`` of HWC uint8 images."""
     from stoker.backend import cuda
-    from stoker.operators.transfer import _ring
+    from stoker.operators.transfer import _ring, device_views
     from stoker.tensors_gpu import TensorListGPU
 
     cp = cuda._cupy()
@@ -400,8 +400,8 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
     if cpu_idx:
         host = [f.result() for f in futures] if futures is not None else [cpu_one(i) for i in cpu_idx]
         buf, offsets = _ring(batch).upload_many(host, stream)
-        for i, arr, off in zip(cpu_idx, host, offsets):
-            results[i] = buf[off:off + arr.nbytes].reshape(arr.shape)
+        for i, view in zip(cpu_idx, device_views(buf, offsets, host)):
+            results[i] = view  # (a 16-bit PNG under ANY_DATA stays uint16)
     out = TensorListGPU(results, "HWC", prep["sources"][:n] or None)
     st.timing["total_s"] += time.perf_counter() - t_start
     return [out]
