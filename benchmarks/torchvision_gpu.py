@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
@@ -162,11 +164,30 @@ def main():
     a = ap.parse_args()
     for mode in a.modes.split(","):
         for pipeline in a.pipelines.split(","):
-            p = subprocess.run([sys.executable, __file__, "--child", mode, pipeline, a.root, a.seconds, a.workers,
-                                a.batch], capture_output=True, text=True, timeout=300)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            print(lines[-1] if lines else json.dumps({"lib": f"torchvision-{mode}", "pipeline": pipeline,
-                                                      "error": p.stderr[-600:]}), flush=True)
+            print(_run_child(mode, pipeline, a), flush=True)
+
+
+def _run_child(mode, pipeline, a) -> str:
+    """The child's JSON line. The child's process group is killed once it has printed: the
+    DataLoader's worker processes would otherwise keep the pipe open until they notice their
+    parent is gone."""
+    p = subprocess.Popen([sys.executable, __file__, "--child", mode, pipeline, a.root, a.seconds, a.workers,
+                          a.batch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    timer = threading.Timer(300, os.killpg, (p.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        for line in p.stdout:
+            if line.startswith("{"):
+                return line.strip()
+        return json.dumps({"lib": f"torchvision-{mode}", "pipeline": pipeline, "error": p.stderr.read()[-600:]})
+    finally:
+        timer.cancel()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
 
 if __name__ == "__main__":
