@@ -207,3 +207,62 @@ def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
             want = want[y:y + h, x:x + w]
         assert g.shape == want.shape
         assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0
+
+
+@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
+def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng):
+    """STOKER_CPU_DECODE_PROCESSES: the last half of the batch's engine-eligible JPEGs decodes in
+    helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
+    engines, and the batch is still one flat buffer."""
+    from stoker.operators.base import SampleContext
+    from stoker.operators.decoders import turbo
+    from stoker.operators.random.crop_window import sample_crop_window
+
+    if not turbo.available():
+        pytest.skip("no TurboJPEG 3 library")
+    imgs = _smooth_images(rng, 10)
+    enc = [_jpeg(im) for im in imgs]
+    op = _hw_op()
+    st = op._mixed_state
+    st.cpu_share, st.procs_count, st.procs_threads = 0.5, 2, 2
+    try:
+        for _ in range(3):  # batches after the first reuse the shared slots
+            got, tl = _run(op, kind, enc, batch_ctx)
+        assert st.procs is not None and st.procs.alive() and tl._flat is not None
+        for i, (g, buf) in enumerate(zip(got, enc)):
+            full = _ref(buf)
+            win = (0, 0, *full.shape[:2])
+            if kind == "image_random_crop":
+                win = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *full.shape[:2])
+            if i >= 5:  # the helpers' share: libjpeg-turbo, bit for bit
+                np.testing.assert_array_equal(g, turbo.decode_window(buf, win))
+            else:
+                y, x, h, w = win
+                want = full[y:y + h, x:x + w]
+                assert g.shape == want.shape and np.abs(_luma(g) - _luma(want)).mean() < 1.0
+    finally:
+        st.close()
+    assert st.procs is None
+
+
+def test_cpu_share_in_helper_processes_reports_a_bad_sample_under_skip(batch_ctx, rng):
+    from stoker.operators.decoders import turbo
+
+    if not turbo.available():
+        pytest.skip("no TurboJPEG 3 library")
+    enc = [_jpeg(im) for im in _smooth_images(rng, 6)]
+    bad = enc[5].copy()  # a bogus Huffman table after the frame header: still engine-eligible
+    dht = bytes(bad).index(b"\xff\xc4")
+    bad[dht + 5:dht + 21] = 0xFF
+    enc[5] = bad
+    op = _hw_op()
+    st = op._mixed_state
+    st.cpu_share, st.procs_count, st.procs_threads = 0.5, 1, 2
+    batch_ctx.on_error = "skip"
+    try:
+        _run(op, "image", enc, batch_ctx)
+    except Exception:  # noqa: BLE001 - what matters is where the failure was recorded
+        pass
+    finally:
+        st.close()
+    assert 5 in batch_ctx.failures and "s5" in str(batch_ctx.failures[5])

@@ -131,20 +131,53 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets, hyb_fixed,
                                                       device_id))
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
-    # copies its own result there, and the GPU stage only issues one upload.
+    # (or helper process) writes its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
-    staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
-    stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
+    procs = st.decode_processes() if moved else None
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
-    tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in cpu_idx]
-    futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if cpu_idx and batch.pool else None
+    proc_idx, pending = [], None
+    if procs is not None:
+        staging = procs.lease(cpu_total + sum(arrays[i].size for i in moved))
+        stage = staging.view[:cpu_total]
+        pending = _send_to_processes(procs, staging, arrays, wins, moved, offsets, cpu_start, cpu_total)
+        proc_idx = moved
+        if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
+            proc_idx, pending = _without_failed(proc_idx, pending), None
+    else:
+        staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
+        stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
+    taken_by_procs = set(proc_idx)
+    pool_idx = [i for i in cpu_idx if i not in taken_by_procs]
+    tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in pool_idx]
+    futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if pool_idx and batch.pool else None
     if futures is not None:
-        check_cpu_failures(op, batch, cpu_idx, futures)
+        check_cpu_failures(op, batch, pool_idx, futures)
     return {"hardware": True, "cancel": out.cancel, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
             "out": out,
-            "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": cpu_idx, "futures": futures, "tasks": tasks,
+            "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": pool_idx, "futures": futures, "tasks": tasks,
+            "proc_idx": proc_idx, "pending": pending, "stage": stage,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
+
+
+def _send_to_processes(procs, lease, arrays, wins, idx, offsets, cpu_start: int, cpu_total: int):
+    """Copy the encoded bytes of samples ``idx`` behind the slot's output region and hand their
+    windows to the helper processes."""
+    pos, jobs = cpu_total, []
+    for i in idx:
+        a = arrays[i]
+        lease.view[pos:pos + a.size] = a
+        y, x, h, w = wins[i]
+        jobs.append((pos, a.size, y, x, h, w, int(offsets[i]) - cpu_start))
+        pos += a.size
+    return procs.submit(lease, jobs)
+
+
+def _without_failed(idx: list, pending) -> list:
+    """``idx`` less the samples the helper processes could not decode (waits for them): the
+    pipeline's pool then decodes those, and reports or raises their error."""
+    failed = set(pending.failed())
+    return [i for k, i in enumerate(idx) if k not in failed]
 
 
 def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
@@ -346,6 +379,15 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
 
     done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
+    proc_idx = prep["proc_idx"]
+    if proc_idx:  # decoded by the helper processes into the staging (or, when they could not, here)
+        failed = set(prep["pending"].failed()) if prep["pending"] is not None else set()
+        args = (op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False)
+        for k, i in enumerate(proc_idx):
+            off, shape = int(offsets[i]) - prep["cpu_start"], tuple(shapes[i].tolist())
+            done.append(_cpu_staged(args, i, prep["stage"], off, shape) if k in failed else
+                        (prep["stage"][off:off + int(np.prod(shape))].reshape(shape), True))
+        cpu_idx = cpu_idx + list(proc_idx)
     host = [img for img, _ in done]
     ring = _ring(batch)
     fits = all(staged for _, staged in done)

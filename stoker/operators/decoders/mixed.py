@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import threading
 import time
 
@@ -41,6 +40,7 @@ from stoker.operators.base import SampleContext
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.image.geometry import crop_anchor
 from stoker.operators.random.crop_window import sample_crop_window
+from stoker.pipeline.gil import shorten_switch_interval
 
 _GPU_CODECS = {"jpeg"}
 
@@ -83,7 +83,7 @@ class _State:
                        for gray in (False, True)}
         self.lock = threading.Lock()
         self.cpu_share = float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0"))
-        _shorten_switch_interval()
+        shorten_switch_interval()  # its worker threads wait for the GIL per image
         # Decoded images of earlier batches, kept until the pipeline stream has passed an event
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
         self.in_use: collections.deque = collections.deque()
@@ -105,6 +105,23 @@ class _State:
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
         self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
+        # The CPU share decoded in helper processes (_decode_worker) rather than on the pipeline's
+        # pool: STOKER_CPU_DECODE_PROCESSES helpers of STOKER_CPU_DECODE_THREADS threads each.
+        self.procs = None
+        self.procs_count = int(os.environ.get("STOKER_CPU_DECODE_PROCESSES", "0"))
+        self.procs_threads = int(os.environ.get("STOKER_CPU_DECODE_THREADS", "4"))
+
+    def decode_processes(self):
+        """The helper processes for the CPU share, when asked for and possible; else None."""
+        if self.procs is None and self.procs_count > 0 and self.cpu_share > 0:
+            from stoker.operators.decoders import turbo
+            from stoker.operators.decoders._decode_worker import DecodeProcesses
+
+            if not turbo.available() or not hasattr(os, "memfd_create"):
+                self.procs_count = 0  # the pipeline's pool decodes the share instead
+                return None
+            self.procs = DecodeProcesses(self.procs_count, self.procs_threads, turbo.library_path())
+        return self.procs
 
     def hardware(self):
         """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
@@ -174,6 +191,9 @@ class _State:
             decoder.close()
         self.lanes = []
         self.hw = None
+        if self.procs is not None:
+            self.procs.close()
+            self.procs = None
 
     def retire(self, stream) -> None:
         cp = _cupy_mod()
@@ -185,20 +205,6 @@ class _State:
                     entry[1] = ev
         while self.in_use and self.in_use[0][1] is not None and self.in_use[0][1].done:
             self.in_use.popleft()
-
-
-def _shorten_switch_interval() -> None:
-    """Hand the GIL over sooner (``STOKER_SWITCH_INTERVAL`` seconds, default 0.0002; 0 keeps Python's).
-
-    nvImageCodec's worker threads take the GIL during a batched decode; with
-    Python's default 5 ms switch interval every such wait behind a busy Python
-    thread (the pipeline's other stages) costs up to 5 ms. Measured on an H100:
-    a decode loop next to one busy Python thread ran at 194 img/s with 5 ms and
-    3,051 img/s with 0.2 ms. This is process-wide, hence the variable.
-    """
-    value = float(os.environ.get("STOKER_SWITCH_INTERVAL", "0.0002"))
-    if value > 0 and sys.getswitchinterval() > value:
-        sys.setswitchinterval(value)
 
 
 def _state(op, batch):

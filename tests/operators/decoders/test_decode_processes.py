@@ -1,0 +1,105 @@
+"""The mixed decoders' helper processes (``_decode_worker``): random-crop windows decoded in other
+processes into shared memory must equal the in-process ``turbo.decode_window`` pixel for pixel,
+jobs the library refuses come back as failures, and a batch called off before its answers were
+read does not hand its slot to another batch early. (The GPU upload from the slot is covered by
+the GPU tests.)"""
+
+import gc
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from stoker.operators.decoders import turbo
+from stoker.operators.decoders._decode_worker import DecodeProcesses
+
+pytestmark = [
+    pytest.mark.skipif(not turbo.available(), reason="no TurboJPEG 3 library (pip install turbojpeg)"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memfd shared memory"),
+    pytest.mark.timeout(60),
+]
+
+
+def _jpeg(h, w, seed):
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (max(2, h // 5), max(2, w // 5), 3), np.uint8)
+    img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC)
+    ok, enc = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return enc.reshape(-1)
+
+
+def _batch(n, seed=0):
+    rng = np.random.default_rng(seed)
+    datas, wins = [], []
+    for k in range(n):
+        h, w = int(rng.integers(20, 90)), int(rng.integers(20, 120))
+        ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        datas.append(_jpeg(h, w, seed * 100 + k))
+        wins.append((int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw))
+    return datas, wins
+
+
+def _submit(procs, datas, wins):
+    """Lay the batch out in a slot as the mixed decoder does: outputs first, then the encoded bytes."""
+    sizes = [h * w * 3 for _, _, h, w in wins]
+    out_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    out_total = int(sum(sizes))
+    lease = procs.lease(out_total + sum(d.size for d in datas))
+    pos, jobs = out_total, []
+    for d, (y, x, h, w), dst in zip(datas, wins, out_offsets):
+        lease.view[pos:pos + d.size] = d
+        jobs.append((pos, d.size, y, x, h, w, int(dst)))
+        pos += d.size
+    return lease, procs.submit(lease, jobs), out_offsets
+
+
+@pytest.fixture
+def procs():
+    p = DecodeProcesses(2, 2, turbo.library_path(), pin=False)
+    yield p
+    p.close()
+
+
+def test_windows_decoded_in_helpers_equal_the_in_process_decode(procs):
+    datas, wins = _batch(24)
+    lease, pending, offsets = _submit(procs, datas, wins)
+    assert pending.failed() == []
+    for d, win, off in zip(datas, wins, offsets):
+        want = turbo.decode_window(d, win)
+        got = lease.view[off:off + want.nbytes].reshape(want.shape)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_refused_files_are_reported_by_position(procs):
+    datas, wins = _batch(8, seed=1)
+    datas[2] = np.frombuffer(b"not a jpeg at all" * 10, np.uint8)
+    datas[5] = datas[5][:40].copy()  # header cut short
+    _, pending, _ = _submit(procs, datas, wins)
+    assert pending.failed() == [2, 5]
+    assert procs.alive()
+
+
+def test_a_called_off_batch_keeps_its_slot_until_answered(procs):
+    datas, wins = _batch(16, seed=2)
+    lease, pending, _ = _submit(procs, datas, wins)
+    first = lease.slot
+    del lease, pending  # the batch is dropped without waiting
+    gc.collect()
+    lease2, pending2, offsets2 = _submit(procs, *_batch(16, seed=3))
+    assert lease2.slot is not first  # the first is still owed answers
+    datas2, wins2 = _batch(16, seed=3)
+    assert pending2.failed() == []  # reads the first batch's answers too
+    want = turbo.decode_window(datas2[3], wins2[3])
+    np.testing.assert_array_equal(lease2.view[offsets2[3]:offsets2[3] + want.nbytes].reshape(want.shape), want)
+    del lease2, pending2
+    gc.collect()
+    assert len(procs.free) == 2  # both slots back once answered and dropped
+
+
+def test_close_stops_the_helpers():
+    p = DecodeProcesses(2, 1, turbo.library_path(), pin=False)
+    helpers = [h.proc for h in p.helpers]
+    p.close()
+    assert all(proc.poll() is not None for proc in helpers)
