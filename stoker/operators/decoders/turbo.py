@@ -83,6 +83,11 @@ def _load():
                 if hasattr(cand, "tj3SetCroppingRegion") and hasattr(cand, "tj3Decompress8"):
                     lib = cand
                     _declare(lib)
+                    # The same library through PyDLL, for the calls that take microseconds: they
+                    # keep the GIL. Each release is a chance to wait behind another thread's
+                    # Python for a whole switch interval; only the decode itself is worth it.
+                    _state["quick"] = ctypes.PyDLL(path)
+                    _declare(_state["quick"])
                     _state["path"] = path
                     break
         _state["lib"] = lib
@@ -140,15 +145,17 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     if not buf.flags.c_contiguous:  # a strided view: TurboJPEG reads one flat buffer
         buf = np.ascontiguousarray(buf)
     ptr, size = buf.ctypes.data, buf.size
-    if lib.tj3DecompressHeader(h, ptr, size) != 0:
+    quick = _state["quick"]
+    if quick.tj3DecompressHeader(h, ptr, size) != 0:
         return None
-    sub, W, H = lib.tj3Get(h, _TJPARAM_SUBSAMP), lib.tj3Get(h, _TJPARAM_JPEGWIDTH), lib.tj3Get(h, _TJPARAM_JPEGHEIGHT)
+    sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
+    W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or y < 0 or x < 0 or y + hh > H or x + ww > W:
         return None
     mcu = _MCU_WIDTH[sub]
     x0 = max(0, x - x % mcu - mcu)
     x1 = min(W, x + ww + mcu)
-    if lib.tj3SetCroppingRegion(h, _Region(x0, y, x1 - x0, hh)) != 0:
+    if quick.tj3SetCroppingRegion(h, _Region(x0, y, x1 - x0, hh)) != 0:
         return None
     out = np.empty((hh, x1 - x0, 3), np.uint8)
     if lib.tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_BGR if bgr else _TJPF_RGB) != 0:
