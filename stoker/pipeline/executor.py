@@ -29,7 +29,7 @@ from typing import Any
 
 from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext
-from stoker.pipeline import conditionals, fusion, gil
+from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
@@ -93,8 +93,6 @@ class Executor:
         self.graph = graph
         self.batch_size = batch_size
         self.pool = ThreadPoolExecutor(num_threads, thread_name_prefix="stoker-cpu") if num_threads > 1 else None
-        if num_threads >= gil.MANY_THREADS:
-            gil.shorten_switch_interval()
         self.gpu = gpu_context
         self.asynchronous = asynchronous
         self.on_error = on_error

@@ -1,18 +1,21 @@
-"""How often Python hands the GIL between threads, for pipelines with many threads.
+"""How often Python hands the GIL between threads (used by the mixed decoders).
 
 With Python's default 5 ms switch interval, a thread coming back from C code
 (a JPEG decode, an OpenCV call, a ctypes call) waits behind a thread running
 Python code for up to 5 ms, and a pipeline thread does that dozens of times per
-sample. The mixed decoders first showed it (H100: a decode loop beside one busy
+sample. The mixed decoders showed it (H100: a decode loop beside one busy
 Python thread ran at 194 img/s with 5 ms and 3,051 img/s with 0.2 ms).
+
+CPU-only pipelines do not change it: on the H100 machine's 16 cores the CPU
+training pipeline at 16 threads ran at the same speed with 0.2 ms and 5 ms
+(733-742 img/s) and validation slower with 0.2 ms (336-365 against 582 img/s),
+benchmarks/RESULTS.md, 2026-11-22.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-
-MANY_THREADS = 4  # pipelines with at least this many threads shorten the interval
 
 
 def shorten_switch_interval() -> float:
