@@ -51,6 +51,15 @@ def _truncated() -> bytes:
     return data[: len(data) // 3]
 
 
+def _bad_huffman_table() -> bytes:
+    """A JPEG whose headers are fine (the GPU engines take it) but whose Huffman table is bogus:
+    the error comes only from decoding the entropy-coded data."""
+    data = bytearray(jpeg_bytes(photo()))
+    dht = data.find(b"\xff\xc4")
+    data[dht + 5:dht + 21] = b"\xff" * 16  # code counts summing past 256
+    return bytes(data)
+
+
 def _cmyk_jpeg(ycck: bool) -> bytes:
     rgb = Image.fromarray(photo(20, 28, seed=5))
     data = bytearray(pillow_bytes(rgb.convert("CMYK"), "JPEG", quality=95))
@@ -66,6 +75,7 @@ def _cmyk_jpeg(ycck: bool) -> bytes:
 # name -> (bytes maker, reason fragments, operator as errors name it: the instance name if given)
 BROKEN = {
     "truncated_jpeg": (_truncated, ["JPEG"], "decoders.image"),
+    "bad_huffman_table": (_bad_huffman_table, ["JPEG"], "decoders.image"),
     "zero_bytes": (lambda: b"", ["empty"], "decoders.image"),
     "random_bytes": (lambda: np.random.default_rng(7).bytes(3000), ["unrecognized image format"], "decoders.image"),
     "huge_header": (_huge_png, ["max_pixels", "100000x100000"], "decoders.image"),

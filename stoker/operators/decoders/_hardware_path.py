@@ -152,12 +152,45 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if pool_idx and batch.pool else None
     if futures is not None:
         check_cpu_failures(op, batch, pool_idx, futures)
+    redone = _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, hw_idx)
     return {"hardware": True, "cancel": out.cancel, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
-            "out": out,
+            "out": out, "redone": redone,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": pool_idx, "futures": futures, "tasks": tasks,
             "proc_idx": proc_idx, "pending": pending, "stage": stage,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
+
+
+def _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, hw_idx) -> dict | None:
+    """Under ``on_error="skip"``/``"substitute"``, wait here (in the CPU stage) for the engines'
+    call. When nvJPEG refused the batch (a file whose header is fine but whose entropy data is
+    not), its images are decoded on the pool now, so that the bad one is recorded in
+    ``batch.failures`` and dropped before the GPU stage, where nothing can be dropped any more.
+    Returns {sample: future of its image} of those redone, or None. Under "raise" nothing waits."""
+    if "hw" not in jobs or (op.args.get("on_error") or batch.on_error) == "raise":
+        return None
+    error, _ = jobs["hw"].result()
+    if error is None:
+        return None
+    from stoker.operators.decoders.mixed import _cpu_one
+
+    def one(i):
+        return _cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, False, i)
+
+    futures = [batch.pool.submit(one, i) for i in hw_idx] if batch.pool else None
+    if futures is None:
+        from concurrent.futures import Future
+
+        futures = []
+        for i in hw_idx:
+            f = Future()
+            try:
+                f.set_result(one(i))
+            except Exception as e:  # noqa: BLE001 - recorded below like a pool task's error
+                f.set_exception(e)
+            futures.append(f)
+    check_cpu_failures(op, batch, hw_idx, futures)
+    return dict(zip(hw_idx, futures))
 
 
 def _send_to_processes(procs, lease, arrays, wins, idx, offsets, cpu_start: int, cpu_total: int):
@@ -398,8 +431,10 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
             st.in_use.append([prep["staging"], None])
             st.retire(stream)
     if redo:
-        again = [batch.pool.submit(cpu_one, i) for i in redo] if batch.pool else None
-        extra = [f.result() for f in again] if again is not None else [cpu_one(i) for i in redo]
+        redone = prep["redone"] or {}  # decoded in the CPU stage already (see _engines_refusal)
+        again = {i: batch.pool.submit(cpu_one, i) for i in redo if i not in redone} if batch.pool else {}
+        extra = [redone[i].result() if i in redone else again[i].result() if i in again else cpu_one(i)
+                 for i in redo]
         if all(tuple(a.shape) == tuple(shapes[i]) for i, a in zip(redo, extra)):
             ring.upload_to(extra, buf.data.ptr + offsets[redo], stream)
         else:

@@ -342,8 +342,39 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
         check_cpu_failures(op, batch, cpu_idx, futures)
     else:
         futures = None
-    return {"n": n, "enc": enc, "heads": heads, "wins": wins, "gray": gray, "subs": subs,
+    prep = {"n": n, "enc": enc, "heads": heads, "wins": wins, "gray": gray, "subs": subs,
             "gpu_idx": gpu_idx, "cpu_idx": cpu_idx, "futures": futures, "sources": list(batch.sources)}
+    if gpu_idx and batch.pool is not None and (op.args.get("on_error") or batch.on_error) != "raise":
+        # Under skip/substitute the GPU decode runs here, in the CPU stage: a file nvImageCodec
+        # cannot decode (bad entropy data behind good headers) is retried on the CPU now, and if
+        # that fails too it is dropped and refilled before the GPU stage, where nothing can be.
+        from stoker.backend import cuda
+        from stoker.operators.decoders._hardware_path import check_cpu_failures
+
+        prep["imgs"] = _nvimgcodec_call(st, prep, batch, cuda.current_stream(batch))
+        retry = [i for i, img in zip(gpu_idx, prep["imgs"]) if img is None]
+        prep["retry"] = {i: batch.pool.submit(_cpu_one, *args, i) for i in retry}
+        check_cpu_failures(op, batch, retry, list(prep["retry"].values()))
+    return prep
+
+
+def _nvimgcodec_call(st, prep, batch, stream) -> list:
+    """nvImageCodec's decode of ``prep["subs"]``: its images (None where it failed), ordered
+    before later work on ``stream``."""
+    cp = _cupy_mod()
+    # nvImageCodec runs fastest on the legacy default stream (measured); the pipeline's stream
+    # then waits for it through an event.
+    t0 = time.perf_counter()
+    with st.lock:
+        st.retire(stream)
+        imgs = st.decoder.decode(prep["subs"], params=st.params[prep["gray"]], cuda_stream=0)
+        st.in_use.append([imgs, None])
+    st.timing["decode_call_s"] += time.perf_counter() - t0
+    st.timing["batches"] += 1
+    ev = cp.cuda.Event(disable_timing=True)
+    ev.record(cp.cuda.Stream.null)
+    stream.wait_event(ev)
+    return imgs
 
 
 def mixed_decode(op, kind, batch, inputs, arg_inputs):
@@ -372,19 +403,8 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, gray, i)
 
     if gpu_idx:
-        # nvImageCodec runs fastest on the legacy default stream (measured); the pipeline's
-        # stream then waits for it through an event.
         dev = batch.device_id or 0
-        t0 = time.perf_counter()
-        with st.lock:
-            st.retire(stream)
-            imgs = st.decoder.decode(prep["subs"], params=st.params[gray], cuda_stream=0)
-            st.in_use.append([imgs, None])
-        st.timing["decode_call_s"] += time.perf_counter() - t0
-        st.timing["batches"] += 1
-        ev = cp.cuda.Event(disable_timing=True)
-        ev.record(cp.cuda.Stream.null)
-        stream.wait_event(ev)
+        imgs = prep["imgs"] if "imgs" in prep else _nvimgcodec_call(st, prep, batch, stream)
         retry = []
         for i, img in zip(gpu_idx, imgs):
             if img is None:
@@ -401,8 +421,9 @@ def mixed_decode(op, kind, batch, inputs, arg_inputs):
                 results[i] = a
         if retry:
             cpu_idx += retry
-            if futures is not None:
-                futures = futures + [pool.submit(cpu_one, i) for i in retry]
+            early = prep.get("retry", {})  # started in the CPU stage (see prepare)
+            if futures is not None or early:
+                futures = (futures or []) + [early[i] if i in early else pool.submit(cpu_one, i) for i in retry]
     if cpu_idx:
         host = [f.result() for f in futures] if futures is not None else [cpu_one(i) for i in cpu_idx]
         buf, offsets = _ring(batch).upload_many(host, stream)
