@@ -1,11 +1,13 @@
 """GPU pipeline benchmark: stoker's standard training / validation pipelines, stage by stage.
 
 python benchmarks/gpu_pipeline.py DATA_DIR [--seconds 8] [--threads 16] [--batch 256]
-        [--shares 0,0.25] [--stages decode,decode_resize,train,val]
+        [--shares 0,0.25] [--stages decode,decode_resize,train,val] [--on-error raise,skip]
 
 Each measurement runs in its own process (so GPU memory is per pipeline).
 Prints one JSON line per run: pipeline, CPU-decode share, images/s, first
 batch time, GPU memory taken (cudaMemGetInfo difference), host fallbacks.
+``--on-error skip`` shows what the skip policy costs on good data (the mixed decoder
+then waits for the engines' call in the CPU stage).
 The data set comes from shared/bench/make_imagenet_like.py.
 """
 
@@ -22,12 +24,12 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def make_pipeline(stage, root, batch, threads):
+def make_pipeline(stage, root, batch, threads, on_error="raise"):
     import stoker.fn as fn
     import stoker.types as types
     from stoker import pipeline_def
 
-    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1)
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1, on_error=on_error)
     def pipe():
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=stage != "val", name="r")
         if stage == "val":
@@ -49,7 +51,7 @@ def make_pipeline(stage, root, batch, threads):
     return pipe()
 
 
-def child(stage, root, seconds, threads, batch):
+def child(stage, root, seconds, threads, batch, on_error):
     import cupy as cp
 
     from stoker.operators import gpu_registry
@@ -57,7 +59,7 @@ def child(stage, root, seconds, threads, batch):
     cp.cuda.Device(0).use()
     free0, _ = cp.cuda.runtime.memGetInfo()
     t0 = time.perf_counter()
-    pipe = make_pipeline(stage, root, batch, threads)
+    pipe = make_pipeline(stage, root, batch, threads, on_error)
     pipe.build()
     out = pipe.run()
     out[0].as_cpu()
@@ -73,7 +75,8 @@ def child(stage, root, seconds, threads, batch):
     n += batch
     rate = n / (time.perf_counter() - t1)
     free1, _ = cp.cuda.runtime.memGetInfo()
-    print(json.dumps({"pipeline": stage, "cpu_share": float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0.25")),
+    share = float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0"))
+    print(json.dumps({"pipeline": stage, "on_error": on_error, "cpu_share": share,
                       "threads": threads, "img_s": round(rate), "first_batch_s": round(first, 2),
                       "gpu_mem_mib": round((free0 - free1) / 2**20),
                       "switch_interval_s": sys.getswitchinterval(),
@@ -83,8 +86,8 @@ def child(stage, root, seconds, threads, batch):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _, _, stage, root, seconds, threads, batch = sys.argv
-        child(stage, root, float(seconds), int(threads), int(batch))
+        _, _, stage, root, seconds, threads, batch, on_error = sys.argv
+        child(stage, root, float(seconds), int(threads), int(batch), on_error)
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
@@ -93,16 +96,17 @@ def main():
     ap.add_argument("--batch", default="256")
     ap.add_argument("--shares", default="0,0.25")
     ap.add_argument("--stages", default="decode,decode_resize,train,val")
+    ap.add_argument("--on-error", default="raise", help="on_error policies to run, comma-separated")
     a = ap.parse_args()
-    for share in a.shares.split(","):
-        for stage in a.stages.split(","):
-            env = dict(os.environ, STOKER_CPU_DECODE_SHARE=share)
-            p = subprocess.run([sys.executable, __file__, "--child", stage, a.root, a.seconds, a.threads, a.batch],
-                               capture_output=True, text=True, timeout=300, env=env)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            print(lines[-1] if lines else json.dumps({"pipeline": stage, "cpu_share": share,
-                                                      "error": p.stderr[-600:]}), flush=True)
-
+    runs = [(share, stage, on_error) for share in a.shares.split(",") for stage in a.stages.split(",")
+            for on_error in a.on_error.split(",")]
+    for share, stage, on_error in runs:
+        env = dict(os.environ, STOKER_CPU_DECODE_SHARE=share)
+        p = subprocess.run([sys.executable, __file__, "--child", stage, a.root, a.seconds, a.threads, a.batch,
+                            on_error], capture_output=True, text=True, timeout=300, env=env)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        print(lines[-1] if lines else json.dumps({"pipeline": stage, "cpu_share": share,
+                                                  "error": p.stderr[-600:]}), flush=True)
 
 if __name__ == "__main__":
     main()
