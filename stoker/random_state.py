@@ -99,7 +99,8 @@ def batch_uniforms(op_seed: int, iteration: int, samples, count: int) -> np.ndar
 
 class SampleRNG:
     """A cheap counter-based generator with the subset of ``numpy.random.Generator`` that
-    operators use: ``random``, ``uniform``, ``integers``, ``normal``, ``choice``."""
+    operators use: ``random``, ``uniform``, ``integers``, ``normal``, ``choice`` (and
+    :meth:`generator` for the rest)."""
 
     __slots__ = ("_key", "_n")
 
@@ -146,6 +147,13 @@ class SampleRNG:
         if size is None:
             return float(z[0])
         return z.reshape((size,) if np.isscalar(size) else tuple(size))
+
+    def generator(self) -> np.random.Generator:
+        """A NumPy Generator (Philox, itself counter-based) keyed by this stream's next values,
+        for distributions this class does not implement (beta, gamma, ...). It takes two draws
+        from the stream, so the same stream always gives the same generator."""
+        key = (self._block(2) * float(1 << 53)).astype(np.uint64)
+        return np.random.Generator(np.random.Philox(key=key))
 
     def choice(self, a, size=None, replace=True, p=None):
         values = np.arange(a) if np.isscalar(a) else np.asarray(a)

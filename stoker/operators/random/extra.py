@@ -1,8 +1,8 @@
 """``random.beta`` and ``random_crop_generator``.
 
-``random.beta`` draws from the batch's NumPy Generator (``self.batch_rng``): one generator per
-(seed, operator, iteration), consumed sample by sample in batch order, so the values do not depend
-on the thread count. ``random_crop_generator`` uses the same window sampler as
+``random.beta`` draws each sample from the sample's own counter-based stream (``ctx.rng``), as the
+other generators: a sample's values depend only on (seed, operator, iteration, sample), not on the
+other samples' ``alpha``/``beta`` or the thread count. ``random_crop_generator`` uses the same window sampler as
 ``decoders.image_random_crop`` and ``random_resized_crop`` on each sample's own stream.
 Values differ from DALI's (another generator); the distributions are the same.
 """
@@ -16,7 +16,6 @@ from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.random.crop_window import sample_crop_window
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import TensorListCPU
 
 
 @register
@@ -49,29 +48,14 @@ class Beta(Operator):
     def output_layouts(self, input_layouts):
         return [""]
 
-    def run_cpu(self, batch, inputs, arg_inputs):
-        n = len(inputs[0]) if inputs else batch.batch_size
-        dtype = self.args["dtype"]
-        rng = self.batch_rng(batch)
-        if not inputs and not arg_inputs:  # one call for the whole batch
-            shape = tuple(self.args["shape"] or ())
-            x = rng.beta(self.args["alpha"], self.args["beta"], size=(n, *shape)).astype(dtype)
-            return [TensorListCPU(list(x), "")]
-        out = []
-        for i in range(n):
-            args = self.sample_args(arg_inputs, i)
-            al, be = float(args["alpha"]), float(args["beta"])
-            for k, v in (("alpha", al), ("beta", be)):
-                if not v > 0:
-                    raise arg_error("random.beta", k, f"must be positive, got {v} (sample {i})")
-            if inputs:
-                shape = np.shape(inputs[0].samples()[i])
-            else:
-                shape = tuple(int(s) for s in np.asarray(args["shape"] if args.get("shape") is not None else [])
-                              .reshape(-1))
-            out.append(np.asarray(rng.beta(al, be, size=shape)).astype(dtype))
-        return [TensorListCPU(out, "")]
-
+    def run_sample(self, inputs, args, ctx):
+        al, be = float(args["alpha"]), float(args["beta"])
+        for k, v in (("alpha", al), ("beta", be)):
+            if not v > 0:
+                raise self.error(f"argument '{k}' must be positive, got {v}")
+        shape = np.shape(inputs[0]) if inputs else \
+            tuple(int(s) for s in np.asarray(args["shape"] if args.get("shape") is not None else []).reshape(-1))
+        return np.asarray(ctx.rng.generator().beta(al, be, size=shape)).astype(self.args["dtype"])
 
 def _range_arg(args, name, default):
     v = args.get(name)

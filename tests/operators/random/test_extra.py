@@ -54,6 +54,22 @@ def test_beta_per_sample_args_shape_like_dtype_and_determinism():
     assert scalars[0].shape == () and not np.array_equal(scalars[:3], scalars[3:])  # iterations differ
 
 
+def test_beta_sample_values_do_not_depend_on_the_other_samples():
+    """Each sample draws from its own counter-based stream: changing sample 1's alpha leaves
+    samples 0 and 2 as they were (a shared batch stream shifted them)."""
+    def build(alphas):
+        def f():
+            al = fn.external_source(source=lambda: alphas, batch=True)
+            return fn.random.beta(alpha=al, beta=2.0, shape=[4])
+        return f
+
+    a, = _run(build([np.float32(2.0), np.float32(3.0), np.float32(4.0)]), 3)
+    b, = _run(build([np.float32(2.0), np.float32(0.3), np.float32(4.0)]), 3)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[2], b[2])
+    assert not np.array_equal(a[1], b[1])
+
+
 def test_beta_bad_arguments():
     for kw, arg in [(dict(alpha=0.0), "alpha"), (dict(beta=-1.0), "beta"), (dict(dtype=types.INT32), "dtype")]:
         with pytest.raises(StokerError, match=arg):
