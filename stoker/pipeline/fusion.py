@@ -35,6 +35,11 @@ replayed in its original order from c(k) on: c(0..k-1) keep their fused outputs,
 outputs with the failed samples dropped (as ``Executor._drop`` does), everything after runs
 unfused. Under ``on_error="raise"``, or for an exception that is not a sample failure, c(k) is
 run again unfused, which raises exactly as the unfused executor does.
+
+With 8 or more pipeline threads (or ``STOKER_CPU_PROCESSES``), a chain whose intermediate
+outputs nobody else reads runs in worker processes instead of the thread pool
+(:mod:`stoker.pipeline.chain_processes`); its intermediate values are then not kept, in either
+path, so that refilled batches concatenate the same keys.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class FusedStep:
     segment: list  # every node from c0 to cm, in topological order
     hoisted: list = field(default_factory=list)  # run before the chain
     deferred: list = field(default_factory=list)  # run after the chain
+    unread: list | None = None  # intermediate value keys nobody else reads (chain_processes)
 
     def __repr__(self) -> str:
         return "Fused(" + " -> ".join(n.op_name for n in self.chain) + ")"
@@ -282,7 +288,48 @@ def run_fused(ex, step: FusedStep, it) -> None:
     except Exception:  # noqa: BLE001 - a batch-level error: the unfused order raises it where it would
         _replay(ex, step, it, done=0)
         return
+    workers = ex.chain_workers() if ex.wants_chain_processes() and _intermediates(ex, step) else None
+    if workers is not None and _in_processes(ex, step, it, inputs, n, members, workers):
+        return
     results, failures = _compute(step, inputs, n, members, ex.pool)
+    _finish_fused(ex, step, it, inputs, n, members, results, failures)
+    if workers is not None:  # as in the worker path (refills concatenate the same keys)
+        for key in _intermediates(ex, step):
+            it.values.pop(key, None)
+
+
+def _intermediates(ex, step) -> list:
+    from stoker.pipeline import chain_processes
+
+    if step.unread is None:
+        step.unread = chain_processes.intermediate_keys(step, ex.graph) \
+            if chain_processes.eligible(step, ex.graph) else []
+    return step.unread
+
+
+def _in_processes(ex, step, it, inputs, n, members, workers) -> bool:
+    """The chain's samples through the worker processes (stoker.pipeline.chain_processes).
+    False when it cannot run there or a sample failed: the caller computes it in process."""
+    if not inputs:
+        return False
+
+    def contexts(i):
+        return [(c.index, c.iteration, c.op_seed, c.source)
+                for c in (_sample_context(inst, ctx, i) for inst, ctx, _, _ in members)]
+
+    outs = workers.compute(step, inputs[0].samples(), members, ex.graph, contexts)
+    if outs is None:
+        return False
+    node = step.chain[-1]
+    inst, ctx, _, layouts = members[-1]
+    it.values[(node.id, 0)] = TensorListCPU(outs, layouts[0], [ctx.source(i) for i in range(n)] if ctx.sources
+                                            else None)
+    for dnode in step.deferred:
+        ex._run_node(dnode, it, gpu=False)
+    return True
+
+
+def _finish_fused(ex, step, it, inputs, n, members, results, failures) -> None:
     k = min((f[0] for f in failures), default=len(step.chain))
     for j in range(k):
         node = step.chain[j]

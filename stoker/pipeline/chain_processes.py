@@ -1,0 +1,283 @@
+"""Fused CPU chains run in worker processes: the CPU stage on many cores, past one interpreter.
+
+Why: a fused chain (decode -> resize -> normalize per sample, see :mod:`stoker.pipeline.fusion`)
+spends most of its time in C code that releases the GIL, but the Python between those calls adds
+up to about 1 ms of GIL per image. On a 16-core host the CPU training pipeline therefore stopped
+at ~3.5 busy cores (800-940 img/s at 4-16 threads, benchmarks/RESULTS.md), where torchvision's
+DataLoader runs 16 interpreters. With ``STOKER_CPU_PROCESSES=N`` a fused chain's samples are
+computed by N worker processes instead of the thread pool.
+
+Data path, per batch: the chain's input samples (encoded files, usually) are copied into a
+shared memory slot that every worker maps; each worker gets the positions, per-sample arguments
+and sample contexts (index, iteration, seed, source) of its share, runs the chain with the same
+operator instances (pickled to it once) and writes the last operator's outputs into a shared
+memory slot of its own; the pipeline wraps them as NumPy views, with no copy. The results are
+bit-identical to the in-process chain: same operators, same arguments, same counter-based random
+streams.
+
+Limits: chains whose intermediate outputs nobody else reads (they are not kept), a single batch
+input and a single output at the end. When any sample fails, the batch is computed again in the
+pipeline's process, so errors, skips and reports are exactly those of the in-process path.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots
+
+# --- the worker process ------------------------------------------------------------------------
+
+
+def _run_chain(chain: list, links: list, x, member_args: list, contexts: list):
+    from stoker.operators.base import SampleContext
+
+    out = None
+    for j, inst in enumerate(chain):
+        sctx = SampleContext(*contexts[j])
+        out = inst.run_sample(x, member_args[j], sctx)
+        out = out if isinstance(out, tuple) else (out,)
+        if j < len(links):
+            x = (out[links[j]],)
+    return out[0]
+
+
+def _serve(sock: socket.socket) -> None:
+    try:
+        _serve_batches(sock)
+    except (BrokenPipeError, ConnectionError, EOFError):
+        pass  # the pipeline closed (or exited) while a batch was under way
+
+
+def _serve_batches(sock: socket.socket) -> None:
+    try:  # one sample at a time per worker: the library thread pools would only compete
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:
+        pass
+    chains: dict = {}
+    inputs: dict = {}  # slot key -> uint8 view of the pipeline's input slot
+    slots = _Slots()
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
+            if not msg:
+                return
+            kind, *payload = _recv_msg(sock)
+        except (EOFError, ConnectionError):
+            return
+        if kind == "chain":
+            cid, blob = payload
+            chains[cid] = pickle.loads(blob)
+            continue
+        if kind == "map":
+            key, capacity = payload
+            mm = mmap.mmap(fds[0], capacity, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            os.close(fds[0])
+            inputs[key] = np.frombuffer(mm, np.uint8)
+            continue
+        cid, key, jobs, freed = payload
+        slots.release(freed)
+        chain, links = chains[cid]
+        view = inputs[key]
+        outs, failed = [], False
+        for off, nbytes, shape, dtype, member_args, contexts in jobs:
+            x = (view[off:off + nbytes].view(np.dtype(dtype)).reshape(shape),)
+            try:
+                out = np.ascontiguousarray(_run_chain(chain, links, x, member_args, contexts))
+            except Exception:  # noqa: BLE001 - the pipeline recomputes the batch and reports it
+                failed = True
+                break
+            outs.append(out)
+        if failed:
+            socket.send_fds(sock, [b"N"], [])
+            _send_msg(sock, None)
+            continue
+        sizes = [o.nbytes for o in outs]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() if outs else []
+        k, fd, capacity, mm = slots.take(max(1, sum(sizes)))
+        dst = np.frombuffer(mm, np.uint8)
+        for o, at in zip(outs, offsets):
+            dst[at:at + o.nbytes] = o.reshape(-1).view(np.uint8)
+        del dst
+        if fd >= 0:
+            socket.send_fds(sock, [b"F"], [fd])
+        else:
+            socket.send_fds(sock, [b"N"], [])
+        _send_msg(sock, (k, capacity, [(at, o.shape, o.dtype.str) for o, at in zip(outs, offsets)]))
+
+
+# --- the pipeline side -------------------------------------------------------------------------
+
+class _Worker:
+    def __init__(self):
+        ours, theirs = socket.socketpair()
+        try:
+            # OMP_NUM_THREADS=1: torch's resize kernel in a worker stays on its one core (as torch's
+            # own DataLoader workers do).
+            self.proc = subprocess.Popen([sys.executable, "-m", "stoker.pipeline.chain_processes",
+                                          str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                         stdin=subprocess.DEVNULL, close_fds=True,
+                                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.chains: set = set()
+        self.inputs: dict = {}  # input slot key -> capacity the worker has mapped
+        self.maps: dict = {}  # worker slot id -> our read-only mapping
+        self.freed: list = []
+        self.freed_lock = threading.Lock()
+
+    def _free(self, k: int) -> None:
+        with self.freed_lock:
+            self.freed.append(k)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class ChainWorkers:
+    """``processes`` worker processes running fused chains (see the module docstring)."""
+
+    def __init__(self, processes: int):
+        self.workers = [_Worker() for _ in range(processes)]
+        self.lock = threading.Lock()  # one batch at a time: the CPU stage is one thread anyway
+        self.chain_ids: dict = {}  # id(step) -> chain id, or None where the chain cannot go
+        self.input_fd = self.input_mm = None
+        self.input_capacity = 0
+        self.input_key = 0
+
+    def _chain_id(self, step, members, graph):
+        key = id(step)
+        if key not in self.chain_ids:
+            cid = None
+            if eligible(step, graph):
+                try:
+                    blob = pickle.dumps(([m[0] for m in members],
+                                         [node.inputs[0].index for node in step.chain[1:]]))
+                    cid = len(self.chain_ids) + 1
+                    for w in self.workers:
+                        socket.send_fds(w.sock, [b"C"], [])
+                        _send_msg(w.sock, ("chain", cid, blob))
+                except Exception:  # noqa: BLE001 - an operator that does not pickle stays in process
+                    cid = None
+            self.chain_ids[key] = cid
+        return self.chain_ids[key]
+
+    def _input_slot(self, nbytes: int):
+        if nbytes > self.input_capacity:
+            if self.input_mm is not None:
+                self.input_mm.close()
+                os.close(self.input_fd)
+            self.input_key += 1
+            self.input_capacity = max(nbytes + nbytes // 4, 4 << 20)
+            self.input_fd = os.memfd_create(f"stoker-chain-in-{self.input_key}", os.MFD_CLOEXEC)
+            os.ftruncate(self.input_fd, self.input_capacity)
+            self.input_mm = mmap.mmap(self.input_fd, self.input_capacity, flags=mmap.MAP_SHARED)
+        return self.input_key, np.frombuffer(self.input_mm, np.uint8)
+
+    def compute(self, step, samples: list, members: list, graph, sample_contexts) -> list | None:
+        """The last member's output of every sample, or None when the chain cannot run here or
+        a sample failed (the caller then computes the batch in process)."""
+        with self.lock:
+            cid = self._chain_id(step, members, graph)
+            if cid is None:
+                return None
+            arrays = [np.ascontiguousarray(s) for s in samples]
+            key, view = self._input_slot(sum(a.nbytes for a in arrays))
+            jobs, off = [], 0
+            for i, a in enumerate(arrays):
+                view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+                member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
+                jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
+                off += a.nbytes
+            del view
+            n, w = len(jobs), len(self.workers)
+            shares = [list(range(k * n // w, (k + 1) * n // w)) for k in range(w)]
+            for worker, share in zip(self.workers, shares):
+                if worker.inputs.get(key) != self.input_capacity:
+                    socket.send_fds(worker.sock, [b"M"], [self.input_fd])
+                    _send_msg(worker.sock, ("map", key, self.input_capacity))
+                    worker.inputs = {key: self.input_capacity}
+                with worker.freed_lock:
+                    freed, worker.freed = worker.freed, []
+                socket.send_fds(worker.sock, [b"R"], [])
+                _send_msg(worker.sock, ("run", cid, key, [jobs[i] for i in share], freed))
+            results: list = [None] * n
+            ok = True
+            for worker, share in zip(self.workers, shares):
+                msg, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
+                if not msg:
+                    raise EOFError("a chain worker process exited")
+                reply = _recv_msg(worker.sock)
+                if reply is None:
+                    ok = False
+                    continue
+                k, capacity, placed = reply
+                if fds:
+                    try:
+                        old = worker.maps.pop(k, None)
+                        if old is not None:
+                            old.close()
+                        worker.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
+                    finally:
+                        for fd in fds:
+                            os.close(fd)
+                base = np.frombuffer(worker.maps[k], np.uint8)
+                weakref.finalize(base, worker._free, k)
+                for i, (at, shape, dtype) in zip(share, placed):
+                    size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                    results[i] = base[at:at + size].view(np.dtype(dtype)).reshape(shape)
+            return results if ok else None
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+        if self.input_mm is not None:
+            self.input_mm.close()
+            os.close(self.input_fd)
+            self.input_mm = None
+
+
+def eligible(step, graph) -> bool:
+    """Whether ``step``'s chain can run in the workers: one batch input at its head, one output
+    at its end, and no reader of its intermediate outputs other than the next member."""
+    chain = step.chain
+    if len(chain[0].inputs) != 1 or graph.instances[chain[-1].id].num_outputs != 1:
+        return False
+    inside = {node.id for node in chain}
+    outputs = {(o.source.id, o.index) for o in graph.outputs}
+    for node in graph.nodes:
+        for j, x in enumerate([*node.inputs, *node.arg_inputs.values(), *node.control_inputs]):
+            src = x.source.id
+            if src in inside and src != chain[-1].id:
+                nxt = chain[[n.id for n in chain].index(src) + 1]
+                if node is not nxt or j >= len(node.inputs):
+                    return False
+    return not any(key[0] in inside and key[0] != chain[-1].id for key in outputs)
+
+
+def intermediate_keys(step, graph) -> list:
+    """The value keys of the chain's members before the last (dropped in process mode)."""
+    return [(node.id, k) for node in step.chain[:-1] for k in range(graph.instances[node.id].num_outputs)]
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])))
