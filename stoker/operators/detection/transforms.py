@@ -80,7 +80,7 @@ class _Transform(Operator):
         return m.astype(np.float32)
 
     def output_layouts(self, input_layouts):
-        return [""]
+        return ["**"]  # as DALI: a matrix with no named axes
 
     def _center(self, args, n):
         c = _vals(self.schema.name, "center", args.get("center"))
@@ -290,4 +290,4 @@ class Combine(Operator):
         return out[:n]
 
     def output_layouts(self, input_layouts):
-        return [""]
+        return ["**"]  # as DALI: a matrix with no named axes

@@ -130,3 +130,24 @@ def test_legacy_ops_classes_give_the_same_matrices():
                      [np.zeros(1)] * 2)
     for a, b in zip(legacy[0], ours[0]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name, kw", [("translation", dict(offset=[1.0, 2.0])), ("rotation", dict(angle=30.0)),
+                                      ("scale", dict(scale=[2.0, 3.0])), ("shear", dict(shear=[0.1, 0.2])),
+                                      ("crop", dict(from_start=[0.0, 0.0], from_end=[1.0, 1.0],
+                                                    to_start=[0.0, 0.0], to_end=[2.0, 2.0]))])
+def test_matrices_have_dalis_layout(name, kw):
+    import stoker.fn as fn
+    from stoker import pipeline_def
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def p():
+        op = getattr(fn.transforms, name)
+        m = op(**kw)
+        return m, fn.transforms.combine(m, op(**kw))
+
+    pipe = p()
+    pipe.build()
+    single, combined = pipe.run()
+    pipe.close()
+    assert single.layout() == combined.layout() == "**"  # DALI 2.4 reports "**" for these
