@@ -12,6 +12,7 @@ from stoker.errors import arg_error
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.geometry import rotated_size, rotation_matrix
 from stoker.operators.image.resample import to_dtype
+from stoker.operators.image.warp_affine import nearest_warp
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
@@ -121,6 +122,9 @@ class Rotate(LayoutAware):
         src = img if native else img.astype(np.float32)  # float outputs are interpolated in float
         value = (float(fill or 0),) * min(channels, 4)
         interp = _CV_INTERP[INTERP(int(self.args["interp_type"]))]
+        if interp == cv2.INTER_NEAREST:  # DALI's rule (floor of the source point), not OpenCV's rounding
+            out = nearest_warp(img, _half_centre_matrix(angle, (h, w), out_hw), out_hw[0], out_hw[1], fill)
+            return np.ascontiguousarray(out if out.dtype == dtype else to_dtype(out, dtype))
         if channels <= 4:
             out = cv2.warpAffine(src, m, (out_hw[1], out_hw[0]), flags=interp | cv2.WARP_INVERSE_MAP,
                                  borderMode=border, borderValue=value)
@@ -130,3 +134,13 @@ class Rotate(LayoutAware):
                                            borderValue=value[:1]) for c in range(channels)], axis=2)
         out = out.reshape(out_hw[0], out_hw[1], *img.shape[2:])
         return np.ascontiguousarray(out if out.dtype == dtype else to_dtype(out, dtype))
+
+
+def _half_centre_matrix(angle_deg: float, in_hw, out_hw) -> np.ndarray:
+    """3x3 output-to-input matrix in DALI's convention (pixel centres at +0.5): the output centre
+    maps to the input centre, turned by ``angle_deg`` as :func:`rotation_matrix`."""
+    a = math.radians(angle_deg)
+    rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    co = np.array([out_hw[1] / 2.0, out_hw[0] / 2.0])
+    ci = np.array([in_hw[1] / 2.0, in_hw[0] / 2.0])
+    return np.vstack([np.hstack([rot, (ci - rot @ co)[:, None]]), [0.0, 0.0, 1.0]])

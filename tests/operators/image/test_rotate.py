@@ -25,12 +25,17 @@ def test_rotate_matches_dali(case, images, run_stoker, run_dali):
 
 
 @pytest.mark.oracle
-def test_rotate_nn_matches_dali_except_ties(images, run_stoker, run_dali):
-    batch = [images["noise"]]
-    ours = run_stoker("rotate", batch, angle=17.0, interp_type=types.INTERP_NN, fill_value=0)[0]
-    theirs = run_dali("rotate", batch, angle=17.0, interp_type=types.INTERP_NN, fill_value=0)[0]
-    assert ours.shape == theirs.shape
-    assert np.mean(ours != theirs) < 0.01
+@pytest.mark.parametrize("angle", [17.0, -33.3, 123.4, 7.0])
+def test_rotate_nn_matches_dali(angle, images, run_stoker, run_dali):
+    """Nearest neighbour takes the pixel holding the source point (floor, as DALI's warp), so
+    general angles match exactly; exact ties (90 degrees with keep_size on odd/even sizes) can
+    still fall the other way, as DALI decides them in float32."""
+    batch = [images["noise"], images["rgb_odd"]]
+    ours = run_stoker("rotate", batch, angle=angle, interp_type=types.INTERP_NN, fill_value=0)
+    theirs = run_dali("rotate", batch, angle=angle, interp_type=types.INTERP_NN, fill_value=0)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        assert np.mean(a != b) < 0.002, angle
 
 
 @pytest.mark.oracle
@@ -82,3 +87,16 @@ def test_rotate_rejects_filters_dali_lacks(images, run_stoker):
 
     with pytest.raises(StokerError, match="interp_type"):
         run_stoker("rotate", [images["gray"]], angle=3.0, interp_type=types.INTERP_CUBIC)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("angle", [30.0, 45.0, 60.0])
+def test_rotate_nn_keep_size_ties_mostly_fall_dalis_way(angle, run_stoker, run_dali):
+    """keep_size puts many source points near pixel edges; taking the pixel that holds the point
+    (DALI's rule) leaves under 0.8 % of pixels different here, where OpenCV's rounding left 1.2 %
+    (the rest: DALI's float32 arithmetic)."""
+    rng = np.random.default_rng(0)
+    batch = [rng.integers(0, 255, (37, 53, 3), np.uint8), rng.integers(0, 255, (20, 90, 1), np.uint8)]
+    kw = dict(angle=angle, keep_size=True, interp_type=types.INTERP_NN, fill_value=0)
+    for a, b in zip(run_stoker("rotate", batch, **kw), run_dali("rotate", batch, **kw)):
+        assert a.shape == b.shape and np.mean(a != b) < 0.008
