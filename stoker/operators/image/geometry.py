@@ -148,7 +148,11 @@ def rotated_size(height: int, width: int, angle_deg: float) -> tuple[int, int]:
     c, s = abs(math.cos(a)), abs(math.sin(a))
     w = width * c + height * s
     h = width * s + height * c
-    if s >= c - 1e-7:  # nearer a quarter turn: output rows run along input columns
+    # Nearer a quarter turn: output rows run along input columns. On an exact diagonal (45 + 90k
+    # degrees) DALI swaps when the cosine is positive (45, 315) and not otherwise (135, 225), as
+    # measured against DALI 2.4.
+    quarter = math.cos(a) > 0 if abs(s - c) <= 1e-7 else s > c
+    if quarter:
         return _parity_ceil(h, width), _parity_ceil(w, height)
     return _parity_ceil(h, height), _parity_ceil(w, width)
 

@@ -41,7 +41,8 @@ def test_rotate_nn_matches_dali(angle, images, run_stoker, run_dali):
 @pytest.mark.oracle
 @pytest.mark.parametrize("hw", [(75, 101), (40, 40), (41, 40), (7, 13), (100, 1)])
 def test_rotated_size_matches_dali(hw, run_dali):
-    angles = [0.0, 0.001, 0.01, 10.0, 30.0, 45.0, 90.0, -33.3, 180.0, 270.0, 123.0]
+    angles = [0.0, 0.001, 0.01, 10.0, 30.0, 45.0, 90.0, -33.3, 180.0, 270.0, 123.0, 135.0, 225.0, 315.0,
+              -45.0, -135.0, 405.0, 44.99999, 45.00001]
     img = np.zeros((*hw, 1), np.uint8)
     for a in angles:
         want = run_dali("rotate", [img], angle=a, fill_value=0)[0].shape[:2]
