@@ -22,6 +22,7 @@ pipeline's process, so errors, skips and reports are exactly those of the in-pro
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import pickle
@@ -34,6 +35,8 @@ import weakref
 import numpy as np
 
 from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots
+
+_log = logging.getLogger("stoker")
 
 # --- the worker process ------------------------------------------------------------------------
 
@@ -194,58 +197,75 @@ class ChainWorkers:
         return self.input_key, np.frombuffer(self.input_mm, np.uint8)
 
     def compute(self, step, samples: list, members: list, graph, sample_contexts) -> list | None:
-        """The last member's output of every sample, or None when the chain cannot run here or
-        a sample failed (the caller then computes the batch in process)."""
+        """The last member's output of every sample, or None when the chain cannot run here, a
+        sample failed, or a worker died (the caller then computes the batch in process; the
+        workers are started again for the next batch)."""
         with self.lock:
-            cid = self._chain_id(step, members, graph)
-            if cid is None:
+            try:
+                return self._compute(step, samples, members, graph, sample_contexts)
+            except (EOFError, OSError) as e:  # a worker crashed (e.g. killed): lose nothing, restart
+                _log.warning("stoker: a CPU chain worker process failed (%s); restarting the workers", e)
+                self._restart()
                 return None
-            arrays = [np.ascontiguousarray(s) for s in samples]
-            key, view = self._input_slot(sum(a.nbytes for a in arrays))
-            jobs, off = [], 0
-            for i, a in enumerate(arrays):
-                view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
-                member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
-                jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
-                off += a.nbytes
-            del view
-            n, w = len(jobs), len(self.workers)
-            shares = [list(range(k * n // w, (k + 1) * n // w)) for k in range(w)]
-            for worker, share in zip(self.workers, shares):
-                if worker.inputs.get(key) != self.input_capacity:
-                    socket.send_fds(worker.sock, [b"M"], [self.input_fd])
-                    _send_msg(worker.sock, ("map", key, self.input_capacity))
-                    worker.inputs = {key: self.input_capacity}
-                with worker.freed_lock:
-                    freed, worker.freed = worker.freed, []
-                socket.send_fds(worker.sock, [b"R"], [])
-                _send_msg(worker.sock, ("run", cid, key, [jobs[i] for i in share], freed))
-            results: list = [None] * n
-            ok = True
-            for worker, share in zip(self.workers, shares):
-                msg, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
-                if not msg:
-                    raise EOFError("a chain worker process exited")
-                reply = _recv_msg(worker.sock)
-                if reply is None:
-                    ok = False
-                    continue
-                k, capacity, placed = reply
-                if fds:
-                    try:
-                        old = worker.maps.pop(k, None)
-                        if old is not None:
-                            old.close()
-                        worker.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
-                    finally:
-                        for fd in fds:
-                            os.close(fd)
-                base = np.frombuffer(worker.maps[k], np.uint8)
-                weakref.finalize(base, worker._free, k)
-                for i, (at, shape, dtype) in zip(share, placed):
-                    size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-                    results[i] = base[at:at + size].view(np.dtype(dtype)).reshape(shape)
-            return results if ok else None
+
+    def _restart(self) -> None:
+        count = len(self.workers)
+        for w in self.workers:
+            w.proc.kill()
+            w.close()
+        self.workers = [_Worker() for _ in range(count)]
+        self.chain_ids = {}  # chains are sent again to the new workers
+
+    def _compute(self, step, samples: list, members: list, graph, sample_contexts) -> list | None:
+        cid = self._chain_id(step, members, graph)
+        if cid is None:
+            return None
+        arrays = [np.ascontiguousarray(s) for s in samples]
+        key, view = self._input_slot(sum(a.nbytes for a in arrays))
+        jobs, off = [], 0
+        for i, a in enumerate(arrays):
+            view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
+            jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
+            off += a.nbytes
+        del view
+        n, w = len(jobs), len(self.workers)
+        shares = [list(range(k * n // w, (k + 1) * n // w)) for k in range(w)]
+        for worker, share in zip(self.workers, shares):
+            if worker.inputs.get(key) != self.input_capacity:
+                socket.send_fds(worker.sock, [b"M"], [self.input_fd])
+                _send_msg(worker.sock, ("map", key, self.input_capacity))
+                worker.inputs = {key: self.input_capacity}
+            with worker.freed_lock:
+                freed, worker.freed = worker.freed, []
+            socket.send_fds(worker.sock, [b"R"], [])
+            _send_msg(worker.sock, ("run", cid, key, [jobs[i] for i in share], freed))
+        results: list = [None] * n
+        ok = True
+        for worker, share in zip(self.workers, shares):
+            msg, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
+            if not msg:
+                raise EOFError("a chain worker process exited")
+            reply = _recv_msg(worker.sock)
+            if reply is None:
+                ok = False
+                continue
+            k, capacity, placed = reply
+            if fds:
+                try:
+                    old = worker.maps.pop(k, None)
+                    if old is not None:
+                        old.close()
+                    worker.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            base = np.frombuffer(worker.maps[k], np.uint8)
+            weakref.finalize(base, worker._free, k)
+            for i, (at, shape, dtype) in zip(share, placed):
+                size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                results[i] = base[at:at + size].view(np.dtype(dtype)).reshape(shape)
+        return results if ok else None
 
     def close(self) -> None:
         for w in self.workers:

@@ -138,3 +138,23 @@ def test_process_count_follows_the_variable_and_thread_count(monkeypatch, env, t
     else:
         monkeypatch.setenv("STOKER_CPU_PROCESSES", env)
     assert chain_process_count(threads) == expected
+
+
+def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch, caplog):
+    ref, _, _ = _epochs(data, monkeypatch, 0, iterations=4)
+    monkeypatch.setenv("STOKER_CPU_PROCESSES", "2")
+    pipe = _pipe(data)
+    try:
+        got = [[[np.asarray(o.at(i)).copy() for i in range(len(o))] for o in pipe.run()]]
+        workers = pipe._executor._chain_workers
+        old = workers.workers[0].proc
+        old.kill()
+        old.wait()
+        with caplog.at_level("WARNING", logger="stoker"):
+            for _ in range(3):
+                got.append([[np.asarray(o.at(i)).copy() for i in range(len(o))] for o in pipe.run()])
+        assert "restarting the workers" in caplog.text
+        assert all(w.proc.poll() is None for w in workers.workers) and workers.workers[0].proc is not old
+    finally:
+        pipe.close()
+    _assert_same(ref, got)
