@@ -5,6 +5,7 @@ pixels agree on average within 2 levels and 99% of them within 12 levels;
 formats that go through the CPU path (PNG) are exact.
 """
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -220,12 +221,17 @@ def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng
 
     if not turbo.available():
         pytest.skip("no TurboJPEG 3 library")
-    imgs = _smooth_images(rng, 10)
-    enc = [_jpeg(im) for im in imgs]
+    imgs = _smooth_images(rng, 12)
+    # two JPEGs the engines cannot take (progressive, grayscale) go to the helpers as well
+    ok, gray = cv2.imencode(".jpg", cv2.cvtColor(imgs[11], cv2.COLOR_RGB2GRAY))
+    enc = [_jpeg(im) for im in imgs[:10]] + [_jpeg(imgs[10], progressive=True), gray.reshape(-1)]
     op = _hw_op()
     st = op._mixed_state
     st.cpu_share, st.procs_count, st.procs_threads = 0.5, 2, 2
     try:
+        _run(op, kind, enc, batch_ctx)  # starts the helpers; this batch decodes on the pool
+        while not st.procs.ready():
+            time.sleep(0.02)
         for _ in range(3):  # batches after the first reuse the shared slots
             got, tl = _run(op, kind, enc, batch_ctx)
         assert st.procs is not None and st.procs.alive() and tl._flat is not None
@@ -234,7 +240,7 @@ def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng
             win = (0, 0, *full.shape[:2])
             if kind == "image_random_crop":
                 win = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *full.shape[:2])
-            if i >= 5:  # the helpers' share: libjpeg-turbo, bit for bit
+            if i >= 5:  # the helpers' share and the two odd JPEGs: libjpeg-turbo, bit for bit
                 np.testing.assert_array_equal(g, turbo.decode_window(buf, win))
             else:
                 y, x, h, w = win
@@ -258,8 +264,11 @@ def test_cpu_share_in_helper_processes_reports_a_bad_sample_under_skip(batch_ctx
     op = _hw_op()
     st = op._mixed_state
     st.cpu_share, st.procs_count, st.procs_threads = 0.5, 1, 2
-    batch_ctx.on_error = "skip"
     try:
+        _run(op, "image", enc[:5], batch_ctx)  # starts the helpers
+        while not st.procs.ready():
+            time.sleep(0.02)
+        batch_ctx.on_error = "skip"
         _run(op, "image", enc, batch_ctx)
     except Exception:  # noqa: BLE001 - what matters is where the failure was recorded
         pass

@@ -45,6 +45,35 @@ def _load(name: str, path: str):
     return module
 
 
+def turbo_suitable(data) -> bool:
+    """Whether libjpeg-turbo decodes this JPEG to the same RGB pixels as the CPU decoder: a JPEG
+    ending with its end marker, 1 or 3 components, Huffman-coded (baseline or progressive), and
+    without EXIF (whose orientation the CPU decoder applies)."""
+    buf = memoryview(data).cast("B")
+    n = len(buf)
+    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8 or b"\xff\xd9" not in bytes(buf[-32:]):
+        return False
+    pos = 2
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            return False
+        marker = buf[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if marker == 0xE1 and bytes(buf[pos + 4:pos + 8]) == b"Exif":
+            return False
+        if marker in (0xC0, 0xC1, 0xC2):
+            return pos + 10 <= n and buf[pos + 4] == 8 and buf[pos + 9] in (1, 3)
+        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return False  # lossless or arithmetic-coded
+        if marker == 0xDA or length < 2:
+            return False
+        pos += 2 + length
+    return False
+
+
 # --- the helper process ------------------------------------------------------------------------
 
 def _serve(sock: socket.socket, threads: int) -> None:
@@ -56,6 +85,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
     turbo = _load("_stoker_turbo", os.path.join(_HERE, "turbo.py"))
     maps: dict[int, tuple] = {}  # slot id -> (mmap, uint8 view)
     pool = ThreadPoolExecutor(threads)
+    sock.sendall(b"!")  # ready: the pipeline sends work only from now on
 
     def run(view, job) -> bool:
         src, length, y, x, h, w, dst = job
@@ -169,6 +199,19 @@ class _Helper:
         self.mapped: dict[int, int] = {}  # slot key -> capacity the helper has mapped
         self.waiting: collections.deque = collections.deque()  # (pending, part index), in send order
         self.io = _load("_stoker_io_worker", _IO_WORKER)
+        self.ready = False
+
+    def is_ready(self, wait: bool = False) -> bool:
+        """Whether the helper has started (its ready byte has come), waiting for it if asked."""
+        import select
+
+        with self.recv_lock:
+            if not self.ready and (wait or select.select([self.sock], [], [], 0)[0]):
+                byte = self.sock.recv(1)
+                if byte != b"!":
+                    raise EOFError("a decode helper process exited before it was ready")
+                self.ready = True
+        return self.ready
 
     def send(self, slot: _Slot, jobs: list, pending: Pending, part: int) -> None:
         with self.send_lock:
@@ -183,6 +226,7 @@ class _Helper:
     def wait_for(self, pending: Pending) -> None:
         """Read answers in order until ``pending``'s has come (earlier ones belong to batches
         sent before, possibly called off)."""
+        self.is_ready(wait=True)
         with self.recv_lock:
             while any(p is pending for p, _ in self.waiting):
                 failed = self.io._recv_msg(self.sock)
@@ -254,6 +298,11 @@ class DecodeProcesses:
 
     def alive(self) -> bool:
         return all(h.proc.poll() is None for h in self.helpers)
+
+    def ready(self) -> bool:
+        """Whether every helper has started. The pipeline's first batches do not wait for them
+        (the pool decodes meanwhile), so the helpers cost the first batch no time."""
+        return all(h.is_ready() for h in self.helpers)
 
     def close(self) -> None:
         for helper in self.helpers:

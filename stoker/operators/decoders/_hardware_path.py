@@ -133,14 +133,22 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
     # (or helper process) writes its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
-    procs = st.decode_processes() if moved else None
+    procs = st.decode_processes() if cpu_idx else None
+    if procs is not None and not procs.ready():
+        procs = None  # still starting: the pool decodes this batch
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
     proc_idx, pending = [], None
     if procs is not None:
-        staging = procs.lease(cpu_total + sum(arrays[i].size for i in moved))
+        from stoker.operators.decoders._decode_worker import turbo_suitable
+
+        # The share moved off the engines, and the JPEGs they cannot take that libjpeg-turbo
+        # decodes as the CPU decoder would (progressive, grayscale; not EXIF-rotated ones).
+        chosen = set(moved)
+        proc_idx = [i for i in cpu_idx if i in chosen or (wins[i] is not None and turbo_suitable(arrays[i]))]
+    if proc_idx:
+        staging = procs.lease(cpu_total + sum(arrays[i].size for i in proc_idx))
         stage = staging.view[:cpu_total]
-        pending = _send_to_processes(procs, staging, arrays, wins, moved, offsets, cpu_start, cpu_total)
-        proc_idx = moved
+        pending = _send_to_processes(procs, staging, arrays, wins, proc_idx, offsets, cpu_start, cpu_total)
         if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
             proc_idx, pending = _without_failed(proc_idx, pending), None
     else:

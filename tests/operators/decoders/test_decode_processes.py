@@ -103,3 +103,27 @@ def test_close_stops_the_helpers():
     helpers = [h.proc for h in p.helpers]
     p.close()
     assert all(proc.poll() is not None for proc in helpers)
+
+
+def test_turbo_suitable_picks_what_libjpeg_turbo_decodes_like_the_cpu_decoder():
+    import io
+
+    from PIL import Image
+
+    from stoker.operators.decoders._decode_worker import turbo_suitable
+
+    rgb = Image.fromarray(np.random.default_rng(0).integers(0, 255, (30, 40, 3), np.uint8))
+
+    def enc(img, fmt="JPEG", **kw):
+        b = io.BytesIO()
+        img.save(b, format=fmt, **kw)
+        return np.frombuffer(b.getvalue(), np.uint8)
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: the CPU decoder rotates, libjpeg-turbo would not
+    assert turbo_suitable(enc(rgb)) and turbo_suitable(enc(rgb, progressive=True))
+    assert turbo_suitable(enc(rgb.convert("L"))) and turbo_suitable(enc(rgb.convert("L"), progressive=True))
+    assert not turbo_suitable(enc(rgb, exif=exif.tobytes()))
+    assert not turbo_suitable(enc(rgb.convert("CMYK")))
+    assert not turbo_suitable(enc(rgb, "PNG"))
+    assert not turbo_suitable(enc(rgb)[:200])  # no end marker
