@@ -205,6 +205,8 @@ class _Helper:
         """Whether the helper has started (its ready byte has come), waiting for it if asked."""
         import select
 
+        if self.ready:  # without the lock: the GPU stage may hold it while it waits for answers
+            return True
         with self.recv_lock:
             if not self.ready and (wait or select.select([self.sock], [], [], 0)[0]):
                 byte = self.sock.recv(1)
