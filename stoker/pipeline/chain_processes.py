@@ -68,6 +68,10 @@ def _serve_batches(sock: socket.socket) -> None:
         cv2.setNumThreads(1)
     except ImportError:
         pass
+    from stoker.operators.image import resample_torch
+
+    resample_torch.available()  # imports torch now (when installed) rather than in the first batch
+    sock.sendall(b"!")  # ready: until then the pipeline computes its batches itself
     chains: dict = {}
     inputs: dict = {}  # slot key -> uint8 view of the pipeline's input slot
     slots = _Slots()
@@ -140,6 +144,17 @@ class _Worker:
         self.maps: dict = {}  # worker slot id -> our read-only mapping
         self.freed: list = []
         self.freed_lock = threading.Lock()
+        self.ready = False
+
+    def is_ready(self) -> bool:
+        """Whether the worker has started (its ready byte has come); never waits."""
+        import select
+
+        if not self.ready and select.select([self.sock], [], [], 0)[0]:
+            if self.sock.recv(1) != b"!":
+                raise EOFError("a chain worker process exited before it was ready")
+            self.ready = True
+        return self.ready
 
     def _free(self, k: int) -> None:
         with self.freed_lock:
@@ -166,21 +181,24 @@ class ChainWorkers:
         self.input_fd = self.input_mm = None
         self.input_capacity = 0
         self.input_key = 0
+        self.batches_done = 0  # batches computed by the workers (for tests and benchmarks)
 
     def _chain_id(self, step, members, graph):
         key = id(step)
         if key not in self.chain_ids:
             cid = None
+            blob = None
             if eligible(step, graph):
                 try:
                     blob = pickle.dumps(([m[0] for m in members],
                                          [node.inputs[0].index for node in step.chain[1:]]))
-                    cid = len(self.chain_ids) + 1
-                    for w in self.workers:
-                        socket.send_fds(w.sock, [b"C"], [])
-                        _send_msg(w.sock, ("chain", cid, blob))
                 except Exception:  # noqa: BLE001 - an operator that does not pickle stays in process
-                    cid = None
+                    blob = None
+            if blob is not None:
+                cid = len(self.chain_ids) + 1
+                for w in self.workers:  # (a dead worker raises here: compute restarts them)
+                    socket.send_fds(w.sock, [b"C"], [])
+                    _send_msg(w.sock, ("chain", cid, blob))
             self.chain_ids[key] = cid
         return self.chain_ids[key]
 
@@ -216,7 +234,14 @@ class ChainWorkers:
         self.workers = [_Worker() for _ in range(count)]
         self.chain_ids = {}  # chains are sent again to the new workers
 
+    def ready(self) -> bool:
+        """Whether every worker has started (imported stoker and torch). Until then the pipeline
+        computes batches in its own process, so the workers cost the first batch nothing."""
+        return all(w.is_ready() for w in self.workers)
+
     def _compute(self, step, samples: list, members: list, graph, sample_contexts) -> list | None:
+        if not self.ready():
+            return None
         cid = self._chain_id(step, members, graph)
         if cid is None:
             return None
@@ -265,6 +290,7 @@ class ChainWorkers:
             for i, (at, shape, dtype) in zip(share, placed):
                 size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                 results[i] = base[at:at + size].view(np.dtype(dtype)).reshape(shape)
+        self.batches_done += ok
         return results if ok else None
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ the same batches bit for bit as the in-process chain, bad files skipped or raise
 process, and chains whose intermediate outputs are read elsewhere left in process."""
 
 import sys
+import time
 
 import cv2
 import numpy as np
@@ -55,13 +56,27 @@ def _pipe(root, on_error="raise", also_decoded=False):
     return pipe
 
 
-def _epochs(root, monkeypatch, processes, iterations=5, **kw):
+def _outputs(pipe):
+    return [[np.asarray(out.at(i)).copy() for i in range(len(out))] for out in pipe.run()]
+
+
+def _wait_ready(pipe):
+    """Until the workers have started, the pipeline computes its batches itself."""
+    workers = pipe._executor._chain_workers
+    deadline = time.monotonic() + 60
+    while workers is not None and not workers.ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _epochs(root, monkeypatch, processes, iterations=8, **kw):
     monkeypatch.setenv("STOKER_CPU_PROCESSES", str(processes))
     pipe = _pipe(root, **kw)
     try:
-        runs = [[[np.asarray(out.at(i)).copy() for i in range(len(out))] for out in pipe.run()]
-                for _ in range(iterations)]
-        used = pipe._executor._chain_workers is not None
+        runs = [_outputs(pipe)]
+        _wait_ready(pipe)
+        runs += [_outputs(pipe) for _ in range(iterations - 1)]
+        workers = pipe._executor._chain_workers
+        used = workers is not None and workers.batches_done > 0
         return runs, used, list(pipe.error_report())
     finally:
         pipe.close()
@@ -141,18 +156,19 @@ def test_process_count_follows_the_variable_and_thread_count(monkeypatch, env, t
 
 
 def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch, caplog):
-    ref, _, _ = _epochs(data, monkeypatch, 0, iterations=4)
+    ref, _, _ = _epochs(data, monkeypatch, 0, iterations=7)
     monkeypatch.setenv("STOKER_CPU_PROCESSES", "2")
     pipe = _pipe(data)
     try:
-        got = [[[np.asarray(o.at(i)).copy() for i in range(len(o))] for o in pipe.run()]]
+        got = [_outputs(pipe)]
+        _wait_ready(pipe)
         workers = pipe._executor._chain_workers
         old = workers.workers[0].proc
         old.kill()
         old.wait()
         with caplog.at_level("WARNING", logger="stoker"):
-            for _ in range(3):
-                got.append([[np.asarray(o.at(i)).copy() for i in range(len(o))] for o in pipe.run()])
+            for _ in range(6):  # the first ones may have been computed (prefetched) before the kill
+                got.append(_outputs(pipe))
         assert "restarting the workers" in caplog.text
         assert all(w.proc.poll() is None for w in workers.workers) and workers.workers[0].proc is not old
     finally:
