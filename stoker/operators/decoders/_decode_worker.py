@@ -189,7 +189,7 @@ class _Helper:
     def __init__(self, threads: int, library: str):
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-s", os.path.abspath(__file__), str(theirs.fileno()),
+            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(theirs.fileno()),
                                           str(threads)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          close_fds=True, env=dict(os.environ, STOKER_TURBOJPEG_LIB=library))
         finally:

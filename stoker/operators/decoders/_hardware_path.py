@@ -134,8 +134,12 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     # (or helper process) writes its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
     procs = st.decode_processes() if cpu_idx else None
-    if procs is not None and not procs.ready():
-        procs = None  # still starting: the pool decodes this batch
+    try:
+        if procs is not None and not procs.ready():
+            procs = None  # still starting: the pool decodes this batch
+    except (EOFError, OSError) as e:  # a helper could not start
+        st.drop_processes(str(e))
+        procs = None
     args = (op, kind, batch, enc, heads, wins, arg_inputs, False)
     proc_idx, pending = [], None
     if procs is not None:
@@ -150,7 +154,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         stage = staging.view[:cpu_total]
         pending = _send_to_processes(procs, staging, arrays, wins, proc_idx, offsets, cpu_start, cpu_total)
         if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
-            proc_idx, pending = _without_failed(proc_idx, pending), None
+            proc_idx, pending = _without_failed(st, proc_idx, pending), None
     else:
         staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
         stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
@@ -214,11 +218,20 @@ def _send_to_processes(procs, lease, arrays, wins, idx, offsets, cpu_start: int,
     return procs.submit(lease, jobs)
 
 
-def _without_failed(idx: list, pending) -> list:
+def _without_failed(st, idx: list, pending) -> list:
     """``idx`` less the samples the helper processes could not decode (waits for them): the
     pipeline's pool then decodes those, and reports or raises their error."""
-    failed = set(pending.failed())
-    return [i for k, i in enumerate(idx) if k not in failed]
+    return [i for k, i in enumerate(idx) if k not in _failed(st, pending, len(idx))]
+
+
+def _failed(st, pending, count: int) -> set:
+    """Positions of the jobs the helpers could not do; all of them when a helper died (the
+    pool then decodes the batch's share and the helpers are not used again)."""
+    try:
+        return set(pending.failed())
+    except (EOFError, OSError) as e:
+        st.drop_processes(str(e))
+        return set(range(count))
 
 
 def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
@@ -422,7 +435,7 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
     proc_idx = prep["proc_idx"]
     if proc_idx:  # decoded by the helper processes into the staging (or, when they could not, here)
-        failed = set(prep["pending"].failed()) if prep["pending"] is not None else set()
+        failed = _failed(st, prep["pending"], len(proc_idx)) if prep["pending"] is not None else set()
         args = (op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False)
         for k, i in enumerate(proc_idx):
             off, shape = int(offsets[i]) - prep["cpu_start"], tuple(shapes[i].tolist())

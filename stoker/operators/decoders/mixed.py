@@ -126,6 +126,18 @@ class _State:
             self.procs = DecodeProcesses(self.procs_count, self.procs_threads, turbo.library_path())
         return self.procs
 
+    def drop_processes(self, why: str) -> None:
+        """A helper process failed (it could not start, or died): the pool decodes from now on."""
+        import logging
+
+        logging.getLogger("stoker").warning("stoker: a JPEG decode helper process failed (%s); decoding on "
+                                            "the pipeline's threads from now on", why)
+        procs, self.procs, self.procs_count = self.procs, None, 0
+        if procs is not None:
+            for helper in procs.helpers:
+                helper.proc.kill()
+            procs.close()
+
     def hardware(self):
         """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
         if self.hw is None and self.hw_problem is None:

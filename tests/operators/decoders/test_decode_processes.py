@@ -127,3 +127,13 @@ def test_turbo_suitable_picks_what_libjpeg_turbo_decodes_like_the_cpu_decoder():
     assert not turbo_suitable(enc(rgb.convert("CMYK")))
     assert not turbo_suitable(enc(rgb, "PNG"))
     assert not turbo_suitable(enc(rgb)[:200])  # no end marker
+
+
+def test_a_dead_helper_is_reported_not_waited_for(procs):
+    """The mixed decoder turns this EOFError into "decode on the pool from now on"."""
+    datas, wins = _batch(6, seed=4)
+    procs.helpers[0].proc.kill()
+    procs.helpers[0].proc.wait()
+    with pytest.raises((EOFError, OSError)):
+        _, pending, _ = _submit(procs, datas, wins)
+        pending.failed()
