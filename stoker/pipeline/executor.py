@@ -44,17 +44,21 @@ def _cancel(prepared) -> None:
         prepared["cancel"]()
 
 
-def chain_process_count(num_threads: int) -> int:
+def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     """Worker processes for fused CPU chains (stoker.pipeline.chain_processes):
-    ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``num_threads - 1`` for pipelines of
-    8 or more threads on Linux, else none). Measured on a 16-core host (benchmarks/RESULTS.md):
+    ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``min(num_threads, cpus) - 1`` for
+    pipelines of 8 or more threads on Linux machines of 8 or more cores, else none; ``cpus``
+    defaults to the cores this process may use). Measured on a 16-core host (benchmarks/RESULTS.md):
     the CPU training pipeline went from 906 to 3,324 img/s with 15 workers, validation from 781
     to 2,368; at 2 threads (2 cores) in-process and workers were level."""
     value = os.environ.get("STOKER_CPU_PROCESSES", "auto").strip().lower()
     if not hasattr(os, "memfd_create"):
         return 0
     if value in ("", "auto"):
-        return num_threads - 1 if num_threads >= 8 and sys.platform.startswith("linux") else 0
+        if cpus is None:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
+        return min(num_threads, cpus) - 1 if many else 0
     return max(0, int(value))
 
 

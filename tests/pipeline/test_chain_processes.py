@@ -143,16 +143,17 @@ def test_a_chain_whose_intermediate_is_an_output_stays_in_process(data, monkeypa
         pipe.close()
 
 
-@pytest.mark.parametrize("env, threads, expected", [(None, 2, 0), (None, 7, 0), (None, 8, 7), (None, 16, 15),
-                                                    ("0", 16, 0), ("3", 2, 3), ("auto", 12, 11)])
-def test_process_count_follows_the_variable_and_thread_count(monkeypatch, env, threads, expected):
+@pytest.mark.parametrize("env, threads, cpus, expected", [
+    (None, 2, 16, 0), (None, 7, 16, 0), (None, 8, 16, 7), (None, 16, 16, 15), (None, 32, 16, 15),
+    (None, 16, 4, 0), ("0", 16, 16, 0), ("3", 2, 2, 3), ("auto", 12, 64, 11)])
+def test_process_count_follows_the_variable_threads_and_cores(monkeypatch, env, threads, cpus, expected):
     from stoker.pipeline.executor import chain_process_count
 
     if env is None:
         monkeypatch.delenv("STOKER_CPU_PROCESSES", raising=False)
     else:
         monkeypatch.setenv("STOKER_CPU_PROCESSES", env)
-    assert chain_process_count(threads) == expected
+    assert chain_process_count(threads, cpus) == expected
 
 
 def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch, caplog):
