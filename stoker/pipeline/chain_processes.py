@@ -246,17 +246,19 @@ class ChainWorkers:
         if cid is None:
             return None
         arrays = [np.ascontiguousarray(s) for s in samples]
-        key, view = self._input_slot(sum(a.nbytes for a in arrays))
-        jobs, off = [], 0
-        for i, a in enumerate(arrays):
-            view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
-            member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
-            jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
-            off += a.nbytes
-        del view
-        n, w = len(jobs), len(self.workers)
+        offsets = np.concatenate([[0], np.cumsum([a.nbytes for a in arrays])]).astype(np.int64).tolist()
+        key, view = self._input_slot(offsets[-1])
+        n, w = len(arrays), len(self.workers)
         shares = [list(range(k * n // w, (k + 1) * n // w)) for k in range(w)]
+        # Each worker's share is packed and sent before the next one is packed, so the first
+        # workers start while the pipeline still packs for the others.
         for worker, share in zip(self.workers, shares):
+            jobs = []
+            for i in share:
+                a, off = arrays[i], offsets[i]
+                view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+                member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
+                jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
             if worker.inputs.get(key) != self.input_capacity:
                 socket.send_fds(worker.sock, [b"M"], [self.input_fd])
                 _send_msg(worker.sock, ("map", key, self.input_capacity))
@@ -264,7 +266,8 @@ class ChainWorkers:
             with worker.freed_lock:
                 freed, worker.freed = worker.freed, []
             socket.send_fds(worker.sock, [b"R"], [])
-            _send_msg(worker.sock, ("run", cid, key, [jobs[i] for i in share], freed))
+            _send_msg(worker.sock, ("run", cid, key, jobs, freed))
+        del view
         results: list = [None] * n
         ok = True
         for worker, share in zip(self.workers, shares):
