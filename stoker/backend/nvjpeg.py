@@ -100,16 +100,14 @@ def has_end_marker(data) -> bool:
     return b"\xff\xd9" in bytes(memoryview(data).cast("B")[-32:])
 
 
-def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
-    """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
-    Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere), ending with an
-    end-of-image marker (the engines may not report a truncated stream). Otherwise None."""
-    buf = memoryview(data)
+def jpeg_frame(data) -> tuple[int, int, int, int, int] | None:
+    """(SOF marker, precision, height, width, components) of a JPEG's frame header, read by
+    walking its segments; None when the data is not a JPEG, carries EXIF (whose orientation the
+    CPU decoder applies) before the frame header, or the walk breaks off."""
+    buf = memoryview(data).cast("B")
     n = len(buf)
     if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         return None
-    if not has_end_marker(data):
-        return None  # truncated: left to the CPU decoder, which reports it
     pos = 2
     while pos + 4 <= n:
         if buf[pos] != 0xFF:
@@ -121,17 +119,28 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
         length = (buf[pos + 2] << 8) | buf[pos + 3]
         if marker == 0xE1 and bytes(buf[pos + 4:pos + 8]) == b"Exif":
             return None
-        if marker in (0xC0, 0xC1):
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             if pos + 10 > n:
                 return None
             precision, h, w, comps = struct.unpack_from(">BHHB", buf, pos + 4)
-            return (h, w) if precision == 8 and comps == 3 and h and w else None
-        if 0xC2 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return None  # progressive, lossless or arithmetic-coded
+            return marker, precision, h, w, comps
         if marker == 0xDA or length < 2:
             return None
         pos += 2 + length
     return None
+
+
+def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
+    """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
+    Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere), ending with an
+    end-of-image marker (the engines may not report a truncated stream). Otherwise None."""
+    if not has_end_marker(data):
+        return None  # truncated: left to the CPU decoder, which reports it
+    frame = jpeg_frame(data)
+    if frame is None:
+        return None
+    marker, precision, h, w, comps = frame
+    return (h, w) if marker in (0xC0, 0xC1) and precision == 8 and comps == 3 and h and w else None
 
 
 class HardwareDecoder:

@@ -27,14 +27,13 @@ import mmap
 import os
 import pickle
 import socket
-import subprocess
 import sys
 import threading
 import weakref
 
 import numpy as np
 
-from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots
+from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots, map_received, start_helper, stop_helper
 
 _log = logging.getLogger("stoker")
 
@@ -128,17 +127,10 @@ def _serve_batches(sock: socket.socket) -> None:
 
 class _Worker:
     def __init__(self):
-        ours, theirs = socket.socketpair()
-        try:
-            # OMP_NUM_THREADS=1: torch's resize kernel in a worker stays on its one core (as torch's
-            # own DataLoader workers do).
-            self.proc = subprocess.Popen([sys.executable, "-m", "stoker.pipeline.chain_processes",
-                                          str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                                         stdin=subprocess.DEVNULL, close_fds=True,
-                                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-        finally:
-            theirs.close()
-        self.sock = ours
+        # OMP_NUM_THREADS=1: torch's resize kernel in a worker stays on its one core (as torch's
+        # own DataLoader workers do).
+        self.proc, self.sock = start_helper(["-m", "stoker.pipeline.chain_processes"],
+                                            env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.chains: set = set()
         self.inputs: dict = {}  # input slot key -> capacity the worker has mapped
         self.maps: dict = {}  # worker slot id -> our read-only mapping
@@ -161,14 +153,7 @@ class _Worker:
             self.freed.append(k)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        finally:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_helper(self.proc, self.sock)
 
 
 class ChainWorkers:
@@ -280,14 +265,7 @@ class ChainWorkers:
                 continue
             k, capacity, placed = reply
             if fds:
-                try:
-                    old = worker.maps.pop(k, None)
-                    if old is not None:
-                        old.close()
-                    worker.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
-                finally:
-                    for fd in fds:
-                        os.close(fd)
+                map_received(worker.maps, k, fds, capacity)
             base = np.frombuffer(worker.maps[k], np.uint8)
             weakref.finalize(base, worker._free, k)
             for i, (at, shape, dtype) in zip(share, placed):

@@ -30,7 +30,6 @@ import importlib.util
 import mmap
 import os
 import socket
-import subprocess
 import sys
 import threading
 
@@ -49,29 +48,11 @@ def turbo_suitable(data) -> bool:
     """Whether libjpeg-turbo decodes this JPEG to the same RGB pixels as the CPU decoder: a JPEG
     ending with its end marker, 1 or 3 components, Huffman-coded (baseline or progressive), and
     without EXIF (whose orientation the CPU decoder applies)."""
-    buf = memoryview(data).cast("B")
-    n = len(buf)
-    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8 or b"\xff\xd9" not in bytes(buf[-32:]):
-        return False
-    pos = 2
-    while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            return False
-        marker = buf[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        length = (buf[pos + 2] << 8) | buf[pos + 3]
-        if marker == 0xE1 and bytes(buf[pos + 4:pos + 8]) == b"Exif":
-            return False
-        if marker in (0xC0, 0xC1, 0xC2):
-            return pos + 10 <= n and buf[pos + 4] == 8 and buf[pos + 9] in (1, 3)
-        if 0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return False  # lossless or arithmetic-coded
-        if marker == 0xDA or length < 2:
-            return False
-        pos += 2 + length
-    return False
+    from stoker.backend.nvjpeg import has_end_marker, jpeg_frame
+
+    frame = jpeg_frame(data) if len(data) >= 4 and has_end_marker(data) else None
+    # baseline, extended or progressive Huffman (not lossless or arithmetic-coded), 8-bit
+    return frame is not None and frame[0] in (0xC0, 0xC1, 0xC2) and frame[1] == 8 and frame[4] in (1, 3)
 
 
 # --- the helper process ------------------------------------------------------------------------
@@ -187,18 +168,14 @@ class Pending:
 
 class _Helper:
     def __init__(self, threads: int, library: str):
-        ours, theirs = socket.socketpair()
-        try:
-            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(theirs.fileno()),
-                                          str(threads)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                         close_fds=True, env=dict(os.environ, STOKER_TURBOJPEG_LIB=library))
-        finally:
-            theirs.close()
-        self.sock = ours
+        from stoker.operators.readers import _io_worker as io
+
+        self.proc, self.sock = io.start_helper([os.path.abspath(__file__)], [str(threads)],
+                                               env=dict(os.environ, STOKER_TURBOJPEG_LIB=library))
         self.send_lock, self.recv_lock = threading.Lock(), threading.Lock()
         self.mapped: dict[int, int] = {}  # slot key -> capacity the helper has mapped
         self.waiting: collections.deque = collections.deque()  # (pending, part index), in send order
-        self.io = _load("_stoker_io_worker", _IO_WORKER)
+        self.io = io
         self.ready = False
 
     def is_ready(self, wait: bool = False) -> bool:
@@ -236,14 +213,7 @@ class _Helper:
                 done.answers[part] = failed
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        finally:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.io.stop_helper(self.proc, self.sock)
 
 
 class DecodeProcesses:

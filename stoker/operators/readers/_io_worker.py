@@ -139,6 +139,45 @@ def _serve(sock: socket.socket) -> None:
 
 # --- the pipeline side -------------------------------------------------------------------------
 
+def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
+    """Start ``python *before_fd FD *after_fd`` with FD the helper's end of a new socket pair.
+    Returns (process, the pipeline's end of the socket). Shared by stoker's helper processes
+    (this reader, the mixed decoders' JPEG helpers, the CPU chain workers)."""
+    ours, theirs = socket.socketpair()
+    try:
+        proc = subprocess.Popen([sys.executable, *before_fd, str(theirs.fileno()), *after_fd],
+                                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
+    finally:
+        theirs.close()
+    return proc, ours
+
+
+def stop_helper(proc, sock) -> None:
+    """Close the socket (the helper then exits on its own) and reap the process, killing it
+    after 5 s."""
+    try:
+        sock.close()
+    finally:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def map_received(maps: dict, k: int, fds: list, capacity: int) -> None:
+    """Map (read-only) the shared memory file a helper sent for its slot ``k`` into ``maps``,
+    replacing an older mapping of that slot, and close the received descriptors."""
+    try:
+        old = maps.pop(k, None)
+        if old is not None:
+            old.close()
+        maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 class ReadWorker:
     """Handle of one I/O helper process; :meth:`read` returns a batch's file contents."""
 
@@ -146,13 +185,7 @@ class ReadWorker:
         import numpy as np
 
         self._np = np
-        ours, theirs = socket.socketpair()
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True)
-        finally:
-            theirs.close()
-        self.sock = ours
+        self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)])
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}  # slot id -> this process's mapping of it
         self.freed: list[int] = []  # slots whose batch of samples has been garbage collected
@@ -178,14 +211,7 @@ class ReadWorker:
                 raise EOFError("the reader's I/O process exited")
             k, capacity, offsets, sizes, errors = _recv_msg(self.sock)
             if fds:
-                try:
-                    old = self.maps.pop(k, None)
-                    if old is not None:
-                        old.close()
-                    self.maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
-                finally:
-                    for fd in fds:
-                        os.close(fd)
+                map_received(self.maps, k, fds, capacity)
             base = np.frombuffer(self.maps[k], np.uint8)
         weakref.finalize(base, self._free, k)
         samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
@@ -195,14 +221,7 @@ class ReadWorker:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        finally:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_helper(self.proc, self.sock)
 
 
 if __name__ == "__main__":
