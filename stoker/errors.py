@@ -65,3 +65,20 @@ def detached(err: BaseException) -> BaseException:
         e.__traceback__ = None
         e = e.__cause__ or e.__context__
     return err
+
+
+def env_count(name: str, default: int) -> int:
+    """The non-negative integer in environment variable ``name`` (``default`` when unset), or a
+    PipelineBuildError naming the variable."""
+    import os
+
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise PipelineBuildError(f"environment variable {name} must be a non-negative integer, got {value!r}")
+    return count

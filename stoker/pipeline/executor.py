@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker.errors import OperatorError, StokerError
+from stoker.errors import OperatorError, StokerError, env_count
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
@@ -59,7 +59,7 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
         return min(num_threads, cpus) - 1 if many else 0
-    return max(0, int(value))
+    return env_count("STOKER_CPU_PROCESSES", 0)
 
 
 def _last_uses(graph: Graph, keep: set) -> dict:

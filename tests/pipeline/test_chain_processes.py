@@ -175,3 +175,13 @@ def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch
     finally:
         pipe.close()
     _assert_same(ref, got)
+
+
+@pytest.mark.parametrize("value", ["many", "-2", "1.5"])
+def test_a_bad_process_count_names_the_variable(monkeypatch, value):
+    from stoker.errors import PipelineBuildError
+    from stoker.pipeline.executor import chain_process_count
+
+    monkeypatch.setenv("STOKER_CPU_PROCESSES", value)
+    with pytest.raises(PipelineBuildError, match="STOKER_CPU_PROCESSES"):
+        chain_process_count(16, 16)

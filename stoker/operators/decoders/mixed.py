@@ -36,6 +36,7 @@ import cv2
 import numpy as np
 
 from stoker.backend.nvjpeg import has_end_marker
+from stoker.errors import env_count
 from stoker.operators.base import SampleContext
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.image.geometry import crop_anchor
@@ -111,8 +112,8 @@ class _State:
         # of STOKER_CPU_DECODE_THREADS threads each. H100, ImageNet-like set (8 % such files):
         # train 11.3-11.8k -> 14.9-16.0k img/s with 2 helpers, 16.8k with 4; val 10.9k -> 14.4k.
         self.procs = None
-        self.procs_count = int(os.environ.get("STOKER_CPU_DECODE_PROCESSES", "4"))
-        self.procs_threads = int(os.environ.get("STOKER_CPU_DECODE_THREADS", "4"))
+        self.procs_count = env_count("STOKER_CPU_DECODE_PROCESSES", 4)
+        self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
 
     def decode_processes(self):
         """The helper processes for the CPU share, when asked for and possible; else None."""
