@@ -109,3 +109,18 @@ def test_threads_each_get_their_own_decompressor():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(200)))
+
+
+@needs_turbo
+@pytest.mark.parametrize("progressive", [False, True])
+def test_grayscale_window_equals_full_decode(progressive):
+    """Grayscale (and progressive) files take the whole-rows path: the same pixels."""
+    rng = np.random.default_rng(5)
+    img = cv2.resize(rng.integers(0, 256, (20, 24), np.uint8), (131, 97), interpolation=cv2.INTER_CUBIC)
+    ok, data = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)])
+    assert ok
+    data = data.reshape(-1)
+    assert turbo._progressive(data) == progressive
+    full = cv2.imdecode(data, cv2.IMREAD_COLOR_RGB)
+    for y, x, ch, cw in _windows(97, 131, rng):
+        np.testing.assert_array_equal(turbo.decode_window(data, (y, x, ch, cw)), full[y:y + ch, x:x + cw])
