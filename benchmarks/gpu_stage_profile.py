@@ -135,7 +135,9 @@ def main() -> None:
             print(f"   {k}: {v / batches * 1e3:.1f} ms/batch")
         timing = decoder._mixed_state.timing
         for k, v in sorted(timing.items()):
-            if k != "batches":
+            if k.endswith("_images"):  # counts: images per batch
+                print(f"   mixed.{k}: {v / max(timing['batches'], 1):.1f} per batch")
+            elif k != "batches":
                 print(f"   mixed.{k}: {v / max(timing['batches'], 1) * 1e3:.1f} ms/batch")
         if a.profile:
             sampler = Sampler()

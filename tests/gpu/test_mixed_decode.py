@@ -26,7 +26,7 @@ def _op(cpu_share, **args):
     from stoker.operators.decoders import mixed
 
     op._mixed_state = mixed._State(0)
-    op._mixed_state.cpu_share = cpu_share
+    op._mixed_state.cpu_share, op._mixed_state.share_auto = cpu_share, False
     op._mixed_state.hw_problem = "disabled"  # these tests cover the nvImageCodec path
     assert Operator  # the stub mirrors the attributes the decoder reads
     return op
@@ -212,11 +212,12 @@ def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
 
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
 def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng):
-    """STOKER_CPU_DECODE_PROCESSES: the last half of the batch's engine-eligible JPEGs decodes in
-    helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
+    """STOKER_CPU_DECODE_PROCESSES: half of the batch's engine-eligible JPEGs (the cheapest on the
+    host) decodes in helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
     engines, and the batch is still one flat buffer."""
     from stoker.operators.base import SampleContext
     from stoker.operators.decoders import turbo
+    from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
     from stoker.operators.random.crop_window import sample_crop_window
 
     if not turbo.available():
@@ -227,7 +228,7 @@ def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng
     enc = [_jpeg(im) for im in imgs[:10]] + [_jpeg(imgs[10], progressive=True), gray.reshape(-1)]
     op = _hw_op()
     st = op._mixed_state
-    st.cpu_share, st.procs_count, st.procs_threads = 0.5, 2, 2
+    st.cpu_share, st.share_auto, st.procs_count, st.procs_threads = 0.5, False, 2, 2
     try:
         _run(op, kind, enc, batch_ctx)  # starts the helpers; this batch decodes on the pool
         while not st.procs.ready():
@@ -235,12 +236,15 @@ def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng
         for _ in range(3):  # batches after the first reuse the shared slots
             got, tl = _run(op, kind, enc, batch_ctx)
         assert st.procs is not None and st.procs.alive() and tl._flat is not None
-        for i, (g, buf) in enumerate(zip(got, enc)):
-            full = _ref(buf)
-            win = (0, 0, *full.shape[:2])
-            if kind == "image_random_crop":
-                win = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *full.shape[:2])
-            if i >= 5:  # the helpers' share and the two odd JPEGs: libjpeg-turbo, bit for bit
+        fulls = [_ref(buf) for buf in enc]
+        wins = [(0, 0, *full.shape[:2]) for full in fulls]
+        if kind == "image_random_crop":
+            wins = [sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *full.shape[:2])
+                    for i, full in enumerate(fulls)]
+        sizes = np.array([full.shape[:2] for full in fulls])
+        on_helpers = set(_cheapest_on_the_host(list(range(10)), wins, sizes, 5)) | {10, 11}
+        for i, (g, buf, full, win) in enumerate(zip(got, enc, fulls, wins)):
+            if i in on_helpers:  # the helpers' share and the two odd JPEGs: libjpeg-turbo, bit for bit
                 np.testing.assert_array_equal(g, turbo.decode_window(buf, win))
             else:
                 y, x, h, w = win
@@ -263,7 +267,8 @@ def test_cpu_share_in_helper_processes_reports_a_bad_sample_under_skip(batch_ctx
     enc[5] = bad
     op = _hw_op()
     st = op._mixed_state
-    st.cpu_share, st.procs_count, st.procs_threads = 0.5, 1, 2
+    # share 1: every image, the bad one included, decodes in the helper
+    st.cpu_share, st.share_auto, st.procs_count, st.procs_threads = 1.0, False, 1, 2
     try:
         _run(op, "image", enc[:5], batch_ctx)  # starts the helpers
         while not st.procs.ready():

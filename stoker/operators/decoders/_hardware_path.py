@@ -73,6 +73,20 @@ def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
     return out
 
 
+def _cheapest_on_the_host(eligible: list, wins: list, sizes: np.ndarray, count: int) -> list:
+    """The ``count`` samples of ``eligible`` whose window costs libjpeg-turbo least relative to
+    what the engines spend on them. The engines decode every bitstream whole, whatever the
+    window; libjpeg-turbo reads the Huffman data only down to the window's last row and
+    transforms only the window, so a small window near the top of its image is cheap on the
+    host and as dear as any on the engines. Cost model, as a fraction of a whole decode: 0.6 for
+    the entropy decoding of rows ``0..y+h`` and 0.4 for the window's pixels."""
+    idx = np.asarray(eligible, np.int64)
+    win = np.asarray([wins[i] for i in eligible], np.float64).reshape(-1, 4)
+    h, w = sizes[idx, 0].astype(np.float64), sizes[idx, 1].astype(np.float64)
+    cost = 0.6 * (win[:, 0] + win[:, 2]) / h + 0.4 * (win[:, 2] * win[:, 3]) / (h * w)
+    return sorted(idx[np.argsort(cost, kind="stable")[:count]].tolist())
+
+
 def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     """Host half of a decode through nvJPEG (see the module docstring)."""
     from stoker.backend import cuda
@@ -100,11 +114,13 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         if win is not None:
             shapes[i] = win[2], win[3], 3
 
-    # Shares: the CPU takes the last ones; the hybrid backend the windows covering most of their
-    # image (it decodes whole images, so those waste the least).
+    # Shares: the CPU takes the images cheapest for it (_cheapest_on_the_host); the hybrid backend
+    # the windows covering most of their image (it decodes whole images, so those waste the least).
     n_cpu = int(round(len(eligible) * st.cpu_share))
-    moved = eligible[len(eligible) - n_cpu:] if n_cpu else []
-    eligible = eligible[:len(eligible) - n_cpu]
+    moved = _cheapest_on_the_host(eligible, wins, sizes, n_cpu) if n_cpu else []
+    if moved:
+        chosen = set(moved)
+        eligible = [i for i in eligible if i not in chosen]
     hyb_fixed = int(round(n * st.hybrid_share)) if st.hybrid() is not None else 0
     hyb_idx: list[int] = []
     if hyb_fixed and eligible:
@@ -133,7 +149,8 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
     # (or helper process) writes its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
-    procs = st.decode_processes() if cpu_idx else None
+    # (with an automatic share the helpers start with the first batch, to take a share later)
+    procs = st.decode_processes() if cpu_idx or st.share_auto else None
     try:
         if procs is not None and not procs.ready():
             procs = None  # still starting: the pool decodes this batch
@@ -150,11 +167,16 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         chosen = set(moved)
         proc_idx = [i for i in cpu_idx if i in chosen or (wins[i] is not None and turbo_suitable(arrays[i]))]
     if proc_idx:
+        t_send = time.perf_counter()
         staging = procs.lease(cpu_total + sum(arrays[i].size for i in proc_idx))
         stage = staging.view[:cpu_total]
         pending = _send_to_processes(procs, staging, arrays, wins, proc_idx, offsets, cpu_start, cpu_total)
+        st.timing["proc_send_s"] += time.perf_counter() - t_send
+        st.timing["proc_images"] += len(proc_idx)
         if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
+            t_procs = time.perf_counter()
             proc_idx, pending = _without_failed(st, proc_idx, pending), None
+            st.cpu_stage_helpers_wait = time.perf_counter() - t_procs
     else:
         staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
         stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
@@ -328,6 +350,7 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
         if own_stream is not None:  # a second lane: its stream waits for the allocation point
             own_stream.wait_event(start)
             on = own_stream
+        t_call = time.perf_counter()
         try:
             with cp.cuda.Device(device_id), lock:
                 decoder.decode_into(data, windows, buf.data.ptr + offsets[idx], on, fixed_batch=n)
@@ -337,7 +360,9 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
         if own_stream is not None:
             done = cp.cuda.Event(disable_timing=True)
             done.record(own_stream)
-        st.timing["hw_decode_call_s"] += time.perf_counter() - t0
+        st.timing["hw_decode_call_s"] += time.perf_counter() - t0  # from the job's start
+        st.timing["hw_engines_s"] += time.perf_counter() - t_call  # nvJPEG's call alone
+        st.timing["hw_images"] += len(idx)
         return error, done
 
     return job
@@ -426,8 +451,10 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         if error is not None:  # nvJPEG refused the batch: its images decode on the CPU instead
             redo += prep["hw_idx"] if name == "hw" else prep["hyb_idx"]
     buf, _ = prep["out"].get(permit=False)  # (allocated here when no decode job ran)
-    st.timing["hw_wait_s"] += time.perf_counter() - t0
+    engines_wait = time.perf_counter() - t0
+    st.timing["hw_wait_s"] += engines_wait
     st.timing["batches"] += 1
+    helpers_wait = 0.0
 
     def cpu_one(i):
         return _cpu_one(op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False, i)
@@ -435,13 +462,19 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
     done = [f.result() for f in futures] if futures is not None else [_cpu_staged(*t) for t in prep["tasks"]]
     proc_idx = prep["proc_idx"]
     if proc_idx:  # decoded by the helper processes into the staging (or, when they could not, here)
+        t_procs = time.perf_counter()
         failed = _failed(st, prep["pending"], len(proc_idx)) if prep["pending"] is not None else set()
+        helpers_wait = time.perf_counter() - t_procs
+        st.timing["proc_wait_s"] += helpers_wait
         args = (op, kind, batch, prep["enc"], prep["heads"], prep["wins"], arg_inputs, False)
         for k, i in enumerate(proc_idx):
             off, shape = int(offsets[i]) - prep["cpu_start"], tuple(shapes[i].tolist())
             done.append(_cpu_staged(args, i, prep["stage"], off, shape) if k in failed else
                         (prep["stage"][off:off + int(np.prod(shape))].reshape(shape), True))
         cpu_idx = cpu_idx + list(proc_idx)
+    # (under skip/substitute the CPU stage waited for the helpers instead: see prepare_hardware)
+    st.balance_share(engines_wait, max(helpers_wait, st.cpu_stage_helpers_wait))
+    st.cpu_stage_helpers_wait = 0.0
     host = [img for img, _ in done]
     ring = _ring(batch)
     fits = all(staged for _, staged in done)

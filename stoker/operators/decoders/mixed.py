@@ -72,6 +72,9 @@ def _first(v, default=None):
     return a[0].item() if a.size else default
 
 
+_MAX_AUTO_SHARE = 0.4  # the automatic share's ceiling: the rest of the pipeline needs host cores too
+
+
 class _State:
     """Decoder instance and settings kept on the operator between batches."""
 
@@ -83,7 +86,15 @@ class _State:
                                              apply_exif_orientation=True, allow_any_depth=False)
                        for gray in (False, True)}
         self.lock = threading.Lock()
-        self.cpu_share = float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0"))
+        # Share of the engines' JPEGs decoded by the helper processes instead: a number, or "auto"
+        # (the default): on the hardware path it is then steered batch by batch (balance_share).
+        share = os.environ.get("STOKER_CPU_DECODE_SHARE", "auto").strip().lower()
+        self.share_auto = share == "auto"
+        self.cpu_stage_helpers_wait = 0.0  # seconds the CPU stage last waited for the helpers
+        try:
+            self.cpu_share = 0.0 if self.share_auto else float(share)
+        except ValueError:
+            raise ValueError(f"STOKER_CPU_DECODE_SHARE must be a number in [0, 1] or 'auto', not {share!r}") from None
         shorten_switch_interval()  # its worker threads wait for the GIL per image
         # Decoded images of earlier batches, kept until the pipeline stream has passed an event
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
@@ -115,6 +126,20 @@ class _State:
         self.procs_count = env_count("STOKER_CPU_DECODE_PROCESSES", 4)
         self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
 
+    def balance_share(self, engines_wait: float, helpers_wait: float) -> None:
+        """Steer the automatic CPU share from one batch's waits (seconds) in the GPU stage: for
+        the engines' call, then for the helper processes. Waiting on the helpers lowers the
+        share at once; waiting on the engines while the helpers were done raises it a little.
+        So the share settles where both finish together, on the machine at hand (DALI's
+        ``hw_decoder_load`` is the same split, fixed by hand)."""
+        if not self.share_auto or self.procs is None or not self.procs.ready():
+            return
+        if helpers_wait > 0.5e-3:
+            self.cpu_share = max(0.0, self.cpu_share - 0.02)
+        elif engines_wait > 1e-3:
+            self.cpu_share = min(_MAX_AUTO_SHARE, self.cpu_share + 0.01)
+        self.timing["share_sum"] += self.cpu_share
+
     def decode_processes(self):
         """The helper processes for the CPU share, when asked for and possible; else None."""
         if self.procs is None and self.procs_count > 0:
@@ -134,6 +159,8 @@ class _State:
         logging.getLogger("stoker").warning("stoker: a JPEG decode helper process failed (%s); decoding on "
                                             "the pipeline's threads from now on", why)
         procs, self.procs, self.procs_count = self.procs, None, 0
+        if self.share_auto:
+            self.cpu_share = 0.0  # the pool would decode the share: slower than the engines
         if procs is not None:
             for helper in procs.helpers:
                 helper.proc.kill()

@@ -1,0 +1,72 @@
+"""How the mixed decoders split a batch between the hardware engines and the helper processes:
+which images go to the host (_cheapest_on_the_host) and how the automatic share moves
+(_State.balance_share). Pure host logic, so it runs without a GPU."""
+
+import types as pytypes
+
+import numpy as np
+import pytest
+
+from stoker.operators.decoders import mixed
+from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
+
+
+def test_small_windows_near_the_top_go_to_the_host():
+    sizes = np.array([[400, 600]] * 5)
+    wins = [(200, 0, 200, 600),  # whole bottom half: every row read
+            (0, 0, 40, 60),  # small, at the top: cheapest
+            (0, 0, 400, 600),  # the whole image: dearest
+            (300, 500, 40, 60),  # small but at the bottom: all rows above it are read
+            (10, 10, 100, 100)]
+    assert _cheapest_on_the_host([0, 1, 2, 3, 4], wins, sizes, 2) == [1, 4]
+    assert _cheapest_on_the_host([0, 2, 3], wins, sizes, 1) == [3]  # only among the eligible ones
+    assert _cheapest_on_the_host([0, 1, 2, 3, 4], wins, sizes, 5) == [0, 1, 2, 3, 4]
+
+
+def _state(share=0.0, auto=True, ready=True):
+    procs = pytypes.SimpleNamespace(ready=lambda: ready)
+    st = pytypes.SimpleNamespace(share_auto=auto, cpu_share=share, procs=procs, timing={"share_sum": 0.0})
+    return st
+
+
+def _balance(st, engines_wait, helpers_wait):
+    mixed._State.balance_share(st, engines_wait, helpers_wait)
+
+
+def test_waiting_on_the_engines_raises_the_share_up_to_its_ceiling():
+    st = _state()
+    for _ in range(10):
+        _balance(st, engines_wait=5e-3, helpers_wait=0.0)
+    assert st.cpu_share == pytest.approx(0.10)
+    for _ in range(100):
+        _balance(st, 5e-3, 0.0)
+    assert st.cpu_share == pytest.approx(mixed._MAX_AUTO_SHARE)
+
+
+def test_waiting_on_the_helpers_lowers_it_faster_and_not_below_zero():
+    st = _state(share=0.1)
+    _balance(st, engines_wait=5e-3, helpers_wait=2e-3)  # the helpers' wait wins
+    assert st.cpu_share == pytest.approx(0.08)
+    for _ in range(10):
+        _balance(st, 0.0, 2e-3)
+    assert st.cpu_share == 0.0
+    _balance(st, 0.0, 0.0)  # nobody waited: the split is right, it stays
+    assert st.cpu_share == 0.0
+
+
+@pytest.mark.parametrize("state", [dict(auto=False, share=0.3), dict(ready=False), dict()])
+def test_a_fixed_share_or_missing_helpers_keep_the_share(state):
+    st = _state(**state)
+    if state == {}:
+        st.procs = None  # no helper processes (no libjpeg-turbo): nothing to hand a share to
+    before = st.cpu_share
+    _balance(st, 5e-3, 0.0)
+    assert st.cpu_share == before
+
+
+def test_share_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("STOKER_CPU_DECODE_SHARE", "lots")
+    monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
+        Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
+    with pytest.raises(ValueError, match="STOKER_CPU_DECODE_SHARE"):
+        mixed._State(0)
