@@ -1,7 +1,7 @@
 """GPU pipeline benchmark: stoker's standard training / validation pipelines, stage by stage.
 
 python benchmarks/gpu_pipeline.py DATA_DIR [--seconds 8] [--threads 16] [--batch 256]
-        [--shares 0,0.25] [--stages decode,decode_resize,train,val] [--on-error raise,skip]
+        [--shares auto,0,0.25] [--stages decode,decode_resize,train,val] [--on-error raise,skip]
 
 Each measurement runs in its own process (so GPU memory is per pipeline).
 Prints one JSON line per run: pipeline, CPU-decode share, images/s, first
@@ -75,7 +75,7 @@ def child(stage, root, seconds, threads, batch, on_error):
     n += batch
     rate = n / (time.perf_counter() - t1)
     free1, _ = cp.cuda.runtime.memGetInfo()
-    share = float(os.environ.get("STOKER_CPU_DECODE_SHARE", "0"))
+    share = os.environ.get("STOKER_CPU_DECODE_SHARE", "auto")
     print(json.dumps({"pipeline": stage, "on_error": on_error, "cpu_share": share,
                       "threads": threads, "img_s": round(rate), "first_batch_s": round(first, 2),
                       "gpu_mem_mib": round((free0 - free1) / 2**20),
@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--seconds", default="8")
     ap.add_argument("--threads", default="16")
     ap.add_argument("--batch", default="256")
-    ap.add_argument("--shares", default="0,0.25")
+    ap.add_argument("--shares", default="auto,0")
     ap.add_argument("--stages", default="decode,decode_resize,train,val")
     ap.add_argument("--on-error", default="raise", help="on_error policies to run, comma-separated")
     a = ap.parse_args()

@@ -17,8 +17,9 @@ Host half (:func:`prepare_hardware`, run in the executor's CPU stage):
   call), the hybrid backend's call on its own thread and stream
   (``STOKER_HYBRID_SHARE`` of each batch, whole images then cropped into their
   slots by one kernel), and the CPU decodes (formats the engines cannot take,
-  ``STOKER_CPU_DECODE_SHARE``) on the pool, each copying its result into
-  pinned staging laid out like the buffer's CPU region.
+  ``STOKER_CPU_DECODE_SHARE``, the images cheapest on the host) in the
+  helper processes or on the pool, each writing its result into pinned
+  staging laid out like the buffer's CPU region.
 
 Device half (:func:`finish_hardware`, in the GPU stage): wait for the calls,
 one upload of the CPU region, and the batch leaves as a flat ``TensorListGPU``

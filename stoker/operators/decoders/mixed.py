@@ -12,8 +12,9 @@ Two paths, chosen per operator:
   baseline colour JPEGs then decode in one nvJPEG call on the decoder's own
   thread (no GIL held), overlapping the previous batch's GPU work, while the
   others (progressive, gray, PNG, ...) and a share of the JPEGs
-  (``STOKER_CPU_DECODE_SHARE``, default 0) decode on the thread pool and are
-  copied into their slots. The batch leaves as a flat ``TensorListGPU``: no
+  (``STOKER_CPU_DECODE_SHARE``: steered per batch by default, see
+  :meth:`_State.balance_share`) decode in helper processes or on the thread
+  pool and are copied into their slots. The batch leaves as a flat ``TensorListGPU``: no
   per-sample Python object.
 * **nvImageCodec** otherwise: headers parsed as ``CodeStream`` s, one batched
   ``decode`` with ROI on the legacy stream, the CPU share and the formats it
