@@ -5,8 +5,9 @@ Imported lazily: a CPU-only user never imports CuPy.
 What lives here:
 
 * :class:`GpuContext` - one pipeline's device and its non-blocking stream.
-* :func:`use_memory_pool` - CuPy's caching pool (default) or the driver's
-  stream-ordered pool (``STOKER_GPU_POOL=async``).
+* :func:`use_memory_pool` - CuPy's caching pool with size classes (default),
+  as it is (``STOKER_GPU_POOL=plain``) or the driver's stream-ordered pool
+  (``STOKER_GPU_POOL=async``).
 * :class:`PinnedRing` - reusable pinned staging buffers for host-to-device
   copies that do not block the host (pageable copies would sync the stream).
 * :func:`load_kernel` - NVRTC-compiled kernels from ``stoker/kernels/*.cu``,
@@ -59,7 +60,9 @@ _pool_chosen: str | None = None
 
 
 def use_memory_pool(kind: str | None = None) -> str:
-    """Choose CuPy's allocator once per process: "default" (caching) or "async" (cudaMallocAsync).
+    """Choose CuPy's allocator once per process: "default" (CuPy's caching pool, requests of
+    over 1 MiB rounded up to :func:`size_class`), "plain" (the caching pool as it is) or
+    "async" (cudaMallocAsync).
 
     ``kind`` None reads ``STOKER_GPU_POOL``. The caching pool keeps one free
     list per stream, so memory freed by a batch is reused only by work on the
@@ -73,10 +76,26 @@ def use_memory_pool(kind: str | None = None) -> str:
         kind = kind or os.environ.get("STOKER_GPU_POOL", "default")
         if kind == "async":
             cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
-        elif kind != "default":
-            raise ValueError(f"STOKER_GPU_POOL must be 'default' or 'async', got {kind!r}")
+        elif kind == "default":
+            # H100, validation pipeline (full-size decodes of varying size), 10 s: 1,347-1,403 MiB
+            # with CuPy's pool as it is, 495-497 MiB with size classes, throughput the same.
+            pool = cp.get_default_memory_pool()
+            cp.cuda.set_allocator(lambda nbytes: pool.malloc(size_class(nbytes)))
+        elif kind != "plain":
+            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain' or 'async', got {kind!r}")
         _pool_chosen = kind
         return kind
+
+
+def size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to one of eight sizes per power of two (at most 12.5 % more) from
+    1 MiB up; smaller requests are left as they are. Batches of variable-sized images ask the
+    pool for a slightly different size every time, and a caching pool that cannot fit a request
+    into the blocks it holds takes new memory: size classes let the same blocks serve again."""
+    if nbytes <= 1 << 20:
+        return nbytes
+    step = 1 << (nbytes.bit_length() - 4)  # an eighth of the power of two below nbytes
+    return -(-nbytes // step) * step
 
 
 class GpuContext:
