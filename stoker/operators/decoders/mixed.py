@@ -95,7 +95,9 @@ class _State:
         try:
             self.cpu_share = 0.0 if self.share_auto else float(share)
         except ValueError:
-            raise ValueError(f"STOKER_CPU_DECODE_SHARE must be a number in [0, 1] or 'auto', not {share!r}") from None
+            self.cpu_share = -1.0
+        if not 0.0 <= self.cpu_share <= 1.0:
+            raise ValueError(f"STOKER_CPU_DECODE_SHARE must be a number in [0, 1] or 'auto', not {share!r}")
         shorten_switch_interval()  # its worker threads wait for the GIL per image
         # Decoded images of earlier batches, kept until the pipeline stream has passed an event
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.

@@ -64,8 +64,9 @@ def test_a_fixed_share_or_missing_helpers_keep_the_share(state):
     assert st.cpu_share == before
 
 
-def test_share_setting_is_checked(monkeypatch):
-    monkeypatch.setenv("STOKER_CPU_DECODE_SHARE", "lots")
+@pytest.mark.parametrize("value", ["lots", "1.5", "-0.1", "nan"])
+def test_share_setting_is_checked(monkeypatch, value):
+    monkeypatch.setenv("STOKER_CPU_DECODE_SHARE", value)
     monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
         Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
     with pytest.raises(ValueError, match="STOKER_CPU_DECODE_SHARE"):
