@@ -57,6 +57,7 @@ def cuda_available() -> bool:
 
 _pool_lock = threading.Lock()
 _pool_chosen: str | None = None
+_pool_object = None  # the device pool CuPy allocates from, once chosen
 
 
 def use_memory_pool(kind: str | None = None) -> str:
@@ -68,23 +69,34 @@ def use_memory_pool(kind: str | None = None) -> str:
     list per stream, so memory freed by a batch is reused only by work on the
     same stream; that is what keeps a consumer's late reads safe.
     """
-    global _pool_chosen
+    global _pool_chosen, _pool_object
     with _pool_lock:
         if _pool_chosen is not None:
             return _pool_chosen
         cp = _cupy()
         kind = kind or os.environ.get("STOKER_GPU_POOL", "default")
+        if kind not in ("default", "plain", "async"):
+            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain' or 'async', got {kind!r}")
+        pool = cp.cuda.MemoryAsyncPool() if kind == "async" else cp.get_default_memory_pool()
         if kind == "async":
-            cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+            cp.cuda.set_allocator(pool.malloc)
         elif kind == "default":
             # H100, validation pipeline (full-size decodes of varying size), 10 s: 1,347-1,403 MiB
             # with CuPy's pool as it is, 495-497 MiB with size classes, throughput the same.
-            pool = cp.get_default_memory_pool()
             cp.cuda.set_allocator(lambda nbytes: pool.malloc(size_class(nbytes)))
-        elif kind != "plain":
-            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain' or 'async', got {kind!r}")
-        _pool_chosen = kind
+        _pool_chosen, _pool_object = kind, pool
         return kind
+
+
+def release_unused_memory() -> None:
+    """Hand back to the driver the device memory and pinned host memory that the pools keep
+    cached for reuse but no live array uses. Arrays still referenced (batches in flight,
+    outputs the caller holds) keep theirs. The next batches allocate afresh, so call this
+    between phases (after an epoch, before evaluation), not per batch."""
+    cp = _cupy()
+    pool = _pool_object if _pool_object is not None else cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
 def size_class(nbytes: int) -> int:
