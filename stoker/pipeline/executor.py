@@ -17,6 +17,7 @@ iteration i runs on the GPU and the user's training step runs in Python.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import logging
@@ -392,7 +393,7 @@ class Executor:
             ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
                                sources=sources, device_id=self.gpu.device_id if self.gpu else None,
                                stream=self.gpu.stream if self.gpu else None)
-            ctx.on_error = "raise" if it.scopes else self.on_error
+            ctx.on_error = self.on_error
             try:
                 it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
             except (OperatorError, StopIteration):
@@ -415,8 +416,7 @@ class Executor:
                            stream=self.gpu.stream if gpu else None,
                            device_id=self.gpu.device_id if self.gpu else None)
         ctx.prepared = it.values["prepared"].get(node.id)
-        # Once a batch is split by a conditional, dropping samples would misalign the branches.
-        ctx.on_error = "raise" if gpu or it.scopes else self.on_error
+        ctx.on_error = "raise" if gpu else self.on_error  # (a GPU stage has no way back to the readers)
         ctx.index_offset = it.offset
         ctx.sample_ids = ids
         for k, v in arg_inputs.items():
@@ -436,13 +436,18 @@ class Executor:
 
     def _drop(self, it: Iteration, node, ctx: BatchContext, n: int) -> None:
         """Remove the samples that failed in ``node`` from everything computed so far in ``it``."""
-        keep = [i for i in range(n) if i not in ctx.failures]
-        for key, value in list(it.values.items()):
-            if key != "prepared" and len(value) == n:
-                it.values[key] = _take(value, keep)
+        if node.scope is not None or it.scopes:  # the batch is split by a conditional
+            failures = self._drop_split(it, node, ctx)
+            n = it.batch_size  # the whole batch's size, before the drop
+        else:
+            failures = ctx.failures
+            keep = [i for i in range(n) if i not in failures]
+            for key, value in list(it.values.items()):
+                if key != "prepared" and len(value) == n:
+                    it.values[key] = _take(value, keep)
         policy = self.graph.instances[node.id].args.get("on_error") or ctx.on_error
         tr = it.track
-        for i, err in sorted(ctx.failures.items()):
+        for i, err in sorted(failures.items()):
             ordinal = tr.slots[i] if tr is not None and len(tr.slots) == n else None
             if policy == "substitute" and ordinal is not None:
                 tr.substitutes.append(ordinal)
@@ -453,9 +458,41 @@ class Executor:
                                else "skipped",
                                "epoch": tr.epoch_of(ordinal) if ordinal is not None else None})
         if tr is not None and len(tr.slots) == n:
-            tr.slots = [tr.slots[i] for i in keep]
-        it.batch_size = len(keep)
-        it.dropped += len(ctx.failures)
+            tr.slots = [tr.slots[i] for i in range(n) if i not in failures]
+        it.batch_size = n - len(failures)
+        it.dropped += len(failures)
+
+    def _drop_split(self, it: Iteration, node, ctx: BatchContext) -> dict:
+        """:meth:`_drop` once a conditional has split the batch: ``node`` may have run on one
+        branch's samples. Its failures are mapped to positions in the whole batch, and those
+        samples leave every value computed so far: whole-batch values, and each branch's values
+        (a branch holds its samples in batch order, :func:`conditionals.scope_sample_ids`). The
+        branches' cached sample indices are renumbered as the whole batch's are, so that the
+        operators still to run see one consistent numbering. Returns {position: error}."""
+        by_id = {x.id: x for x in self.graph.nodes}
+        scopes = {by_id[key[0]].scope for key in it.values if key != "prepared" and key[0] in by_id}
+        scopes.discard(None)
+        if node.scope is not None:
+            scopes.add(node.scope)
+        # every branch's samples, taken before anything changes (their predicates are values too)
+        where = {sc: [i - it.offset for i in conditionals.scope_sample_ids(sc, it)] for sc in scopes}
+        if node.scope is None:
+            failures = dict(ctx.failures)
+        else:
+            failures = {where[node.scope][i]: err for i, err in ctx.failures.items()}
+        size = it.batch_size
+        for key, value in list(it.values.items()):
+            if key == "prepared" or key[0] not in by_id:
+                continue
+            scope = by_id[key[0]].scope
+            positions = where[scope] if scope is not None else range(size)
+            if len(value) == len(positions):
+                it.values[key] = _take(value, [k for k, p in enumerate(positions) if p not in failures])
+        gone = sorted(failures)
+        for scope_id, ids in list(it.scopes.items()):
+            it.scopes[scope_id] = [i - bisect.bisect_left(gone, i - it.offset) for i in ids
+                                   if i - it.offset not in failures]
+        return failures
 
 
 def _take(tl, indices: list[int]):

@@ -133,7 +133,7 @@ def _chain_from(order: list, pos: int, inst: dict) -> FusedStep | None:
     for k in range(pos + 1, len(order)):
         node = order[k]
         if node.scope is not None or node.op_name.startswith("_conditional."):
-            break  # a branch sets it.scopes when it runs, which changes later members' error policy
+            break  # a branch runs on a sub-batch: its nodes are not members of an outer chain
         srcs = _sources(node)
         link = len(node.inputs) == 1 and node.inputs[0].source is chain[-1]
         args_ok = all(x.source.id not in tainted for x in node.arg_inputs.values())
@@ -193,7 +193,7 @@ def _prepare(ex, step: FusedStep, it):
         inst = ex.graph.instances[node.id]
         ctx = BatchContext(n, it.index, pool=ex.pool, sources=sources,
                            device_id=ex.gpu.device_id if ex.gpu else None)
-        ctx.on_error = "raise" if it.scopes else ex.on_error
+        ctx.on_error = ex.on_error
         ctx.index_offset = it.offset
         arg_inputs = {k: it.values[_key(x)].samples() for k, x in node.arg_inputs.items()}
         for k, v in arg_inputs.items():
