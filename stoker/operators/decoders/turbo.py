@@ -44,7 +44,7 @@ import numpy as np
 __all__ = ["available", "decode_window"]
 
 _TJINIT_DECOMPRESS = 1
-_TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 4, 5, 6
+_TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT, _TJPARAM_PROGRESSIVE = 4, 5, 6, 12
 _TJPF_RGB, _TJPF_BGR = 0, 1
 _TJSAMP_GRAY = 3
 # Width in pixels of an iMCU for each chroma subsampling (TJSAMP_444, 422, 420, GRAY, 440, 411, 441).
@@ -159,7 +159,7 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or y < 0 or x < 0 or y + hh > H or x + ww > W:
         return None
-    if sub == _TJSAMP_GRAY or _progressive(buf):
+    if sub == _TJSAMP_GRAY or quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
         x0, x1, top = 0, W, 0  # whole rows from the top: cheaper here than cropping (see above)
     else:
         mcu = _MCU_WIDTH[sub]
@@ -173,14 +173,3 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
         return out
     return np.ascontiguousarray(out[y - top:, x - x0:x - x0 + ww])
 
-
-def _progressive(buf: np.ndarray) -> bool:
-    """Whether the JPEG's frame header (the first SOFn marker) is a progressive one."""
-    data = buf[:65536].tobytes() if buf.size > 65536 else buf.tobytes()
-    i = 2
-    while i + 4 <= len(data) and data[i] == 0xFF:
-        marker = data[i + 1]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return marker in (0xC2, 0xC6, 0xCA, 0xCE)
-        i += 2 + (data[i + 2] << 8 | data[i + 3])
-    return False
