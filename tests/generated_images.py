@@ -40,3 +40,16 @@ def geometry_images():
         "gray": smooth(rng, 53, 37, 1),
         "tall": rng.integers(0, 256, (101, 9, 3), np.uint8),
     }
+
+
+def write_class_folders(root, per_class: int, encode, classes: int = 2, broken=None):
+    """Class folders ``c0``, ``c1``, ... under ``root`` (a ``pathlib.Path``), as ``readers.file``
+    reads them, of ``per_class`` files ``{i}.jpg`` each with the bytes ``encode(c, i)``;
+    ``broken=(c, data)`` adds ``broken.jpg`` holding ``data`` to class ``c``. Returns ``root``."""
+    for c in range(classes):
+        (root / f"c{c}").mkdir()
+        for i in range(per_class):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(encode(c, i))
+    if broken is not None:
+        (root / f"c{broken[0]}" / "broken.jpg").write_bytes(broken[1])
+    return root

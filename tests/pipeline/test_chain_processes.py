@@ -8,6 +8,7 @@ import time
 import cv2
 import numpy as np
 import pytest
+from generated_images import write_class_folders
 
 import stoker.fn as fn
 from stoker import pipeline_def, types
@@ -32,12 +33,8 @@ pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="m
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("chain_data")
-    for c in range(2):
-        (root / f"c{c}").mkdir()
-        for i in range(10):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(photo(40 + 7 * i, 60 + 5 * c, seed=10 * c + i)))
-    return root
+    return write_class_folders(tmp_path_factory.mktemp("chain_data"), 10,
+                               lambda c, i: jpeg_bytes(photo(40 + 7 * i, 60 + 5 * c, seed=10 * c + i)))
 
 
 def _pipe(root, on_error="raise", also_decoded=False):

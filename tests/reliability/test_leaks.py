@@ -14,6 +14,7 @@ import sys
 import threading
 
 import pytest
+from generated_images import write_class_folders
 from reliability_images import jpeg_bytes, photo
 
 import stoker.fn as fn
@@ -36,12 +37,9 @@ def rss_mb() -> float:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """16 small JPEGs in 2 classes, plus one corrupt file so that the skip path runs too."""
-    root = tmp_path_factory.mktemp("leak_data")
-    for c in range(2):
-        (root / f"c{c}").mkdir()
-        for i in range(8):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(photo(48, 64, seed=8 * c + i)))
-    (root / "c1" / "broken.jpg").write_bytes(jpeg_bytes(photo())[:50])
+    root = write_class_folders(tmp_path_factory.mktemp("leak_data"), 8,
+                               lambda c, i: jpeg_bytes(photo(48, 64, seed=8 * c + i)),
+                               broken=(1, jpeg_bytes(photo())[:50]))
     return str(root)
 
 

@@ -14,6 +14,7 @@ import gc
 import tracemalloc
 
 import pytest
+from generated_images import write_class_folders
 from reliability_images import jpeg_bytes, photo
 
 import stoker.fn as fn
@@ -26,12 +27,9 @@ GROWTH_LIMIT_MB = 2.0  # a leaked batch of decoded images is ~0.6 MB per iterati
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("skip_memory")
-    for c in range(2):
-        (root / f"c{c}").mkdir()
-        for i in range(12):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(photo(120, 160, seed=12 * c + i)))
-    (root / "c0" / "broken.jpg").write_bytes(jpeg_bytes(photo())[:60])
+    root = write_class_folders(tmp_path_factory.mktemp("skip_memory"), 12,
+                               lambda c, i: jpeg_bytes(photo(120, 160, seed=12 * c + i)),
+                               broken=(0, jpeg_bytes(photo())[:60]))
     return str(root)
 
 
