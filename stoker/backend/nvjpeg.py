@@ -50,6 +50,7 @@ _SIGNATURES = {
     "nvjpegDestroy": (_VP,),
     "nvjpegDecodeBatchedInitialize": (_VP, _VP, _INT, _INT, _INT),
     "nvjpegDecodeParamsCreate": (_VP, _PVP),
+    "nvjpegDecodeParamsDestroy": (_VP,),
     "nvjpegDecodeParamsSetOutputFormat": (_VP, _INT),
     "nvjpegDecodeParamsSetROI": (_VP, _INT, _INT, _INT, _INT),
     "nvjpegDecodeBatchedEx": (_VP, _VP, _PVP, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_Image), _PVP, _VP),
@@ -160,8 +161,22 @@ def _pad_jpeg() -> np.ndarray | None:
     return _pad[0]
 
 
+class StagedCall:
+    """The argument arrays of one batched call, built ahead of it by :meth:`HardwareDecoder.stage`
+    so that the thread feeding the engines runs almost no Python between calls."""
+
+    __slots__ = ("n", "real", "image_table", "args", "param_set", "keep")
+
+
 class HardwareDecoder:
-    """Batched ROI decoding to interleaved RGB on one GPU's hardware JPEG engines."""
+    """Batched ROI decoding to interleaved RGB on one GPU's hardware JPEG engines.
+
+    A call is built in two steps: :meth:`stage` (any thread, ahead of time: pointers, lengths,
+    per-image ROI parameters, padding) and :meth:`run` (the thread that owns the decoder: the
+    output pointers, then the one GIL-free nvJPEG call). Why: a Python thread beside the calls
+    halved the engines' rate when the per-image set-up ran on the calling thread
+    (benchmarks/engines_probe.py, H100: 20.5k -> 10.0k img/s), because that thread waits for the
+    GIL before and after each call while the engines idle."""
 
     backend = _BACKEND_HARDWARE
 
@@ -177,73 +192,119 @@ class HardwareDecoder:
                    f"nvjpegCreateEx(backend {self.backend})")
             self.state = ctypes.c_void_p()
             _check(self.holding.nvjpegJpegStateCreate(self.handle, ctypes.byref(self.state)), "nvjpegJpegStateCreate")
-        self.params: list[ctypes.c_void_p] = []
+        # Sets of per-image decode parameters (ROI): one per staged call not yet run.
+        self._free_params: list[list[ctypes.c_void_p]] = []
+        self._all_params: list[ctypes.c_void_p] = []
+        self._params_lock = threading.Lock()
+        self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self.batch = 0
         # Host threads nvJPEG may use to parse a batch (the probe's 18.6k img/s used one per core).
         self.threads = int(os.environ.get("STOKER_NVJPEG_THREADS", "0")) or os.cpu_count() or 4
 
     def _ensure(self, n: int) -> None:
+        """Ready the state for a call of ``n`` images, from the calling thread."""
+        # nvJPEG allocates in the calling thread's current context, which a thread that has made no
+        # CUDA runtime call yet lacks (CuPy's Device() does not bind it when the device number
+        # already matches): the call then fails with status 5 (allocator failure). Seen when a
+        # batch needed no padding (no CuPy allocation on that thread before the call).
+        self.cp.cuda.runtime.setDevice(self.device_id)
         if n != self.batch:
             _check(self.releasing.nvjpegDecodeBatchedInitialize(self.handle, self.state, n, self.threads,
                                                                 _OUTPUT_RGBI),
                    "nvjpegDecodeBatchedInitialize")
             self.batch = n
-        while len(self.params) < n:
+
+    def _param_set(self, n: int) -> list[ctypes.c_void_p]:
+        with self._params_lock:
+            for k, params in enumerate(self._free_params):
+                if len(params) >= n:
+                    return self._free_params.pop(k)
+        params = []
+        for _ in range(n):
             p = ctypes.c_void_p()
             _check(self.holding.nvjpegDecodeParamsCreate(self.handle, ctypes.byref(p)), "nvjpegDecodeParamsCreate")
             _check(self.holding.nvjpegDecodeParamsSetOutputFormat(p, _OUTPUT_RGBI), "SetOutputFormat")
-            self.params.append(p)
+            params.append(p)
+        with self._params_lock:
+            self._all_params += params
+        return params
 
-    def decode_into(self, datas: list[np.ndarray], windows, dst_ptrs, stream, fixed_batch: int = 0) -> None:
-        """Decode ``datas[i]`` cropped to ``windows[i]`` = (y, x, h, w) as interleaved RGB into the
-        device memory at ``dst_ptrs[i]`` (rows of ``w * 3`` bytes), in stream order on ``stream``.
+    def _give_back(self, call: StagedCall) -> None:
+        if call.param_set is not None:
+            with self._params_lock:
+                self._free_params.append(call.param_set)
+            call.param_set = None
+
+    def stage(self, datas: list[np.ndarray], windows, fixed_batch: int = 0) -> StagedCall:
+        """Build the arguments of a call that decodes ``datas[i]`` cropped to ``windows[i]`` =
+        (y, x, h, w); :meth:`run` makes it. Safe from any thread, also while a call runs.
 
         ``fixed_batch``: pad the call to this many images so that nvJPEG's batched state is
         initialized once, not for every batch size. The padding is a tiny 8x8 JPEG
         (:func:`_pad_jpeg`) decoded into scratch memory: the engines decode every bitstream whole
         (a window only limits what is written), so padding with a real image cost as much as
         decoding one (a 256-slot call took 15.5-16.7 ms on an H100 for 165-235 real images).
-        Raises NvjpegUnavailable when nvJPEG refuses the batch (the caller decodes those images
-        another way).
         """
         real = len(datas)
         windows = np.asarray(windows, dtype=np.int64).reshape(real, 4)
-        dst_ptrs = np.asarray(dst_ptrs, dtype=np.int64).reshape(real)
-        scratch = None
-        if fixed_batch > real > 0:
-            pad = fixed_batch - real
+        n = max(real, fixed_batch) if real else 0
+        pad = n - real
+        datas = list(datas)
+        if pad:
             filler = _pad_jpeg()
             if filler is None:  # no encoder: the first image, decoded to an 8x8 corner
                 filler = datas[0]
                 ph, pw = int(min(8, windows[0, 0] + windows[0, 2])), int(min(8, windows[0, 1] + windows[0, 3]))
             else:
                 ph = pw = 8
-            with self.cp.cuda.Device(self.device_id), stream:
-                scratch = self.cp.empty(pad * 8 * 8 * 3, dtype=self.cp.uint8)
-            datas = list(datas) + [filler] * pad
+            if self._pad_out is None or self._pad_out.size < pad * 192:
+                with self.cp.cuda.Device(self.device_id):
+                    self._pad_out = self.cp.empty(max(pad, fixed_batch) * 192, dtype=self.cp.uint8)
+            datas += [filler] * pad
             windows = np.concatenate([windows, np.tile([0, 0, ph, pw], (pad, 1))])
-            dst_ptrs = np.concatenate([dst_ptrs, scratch.data.ptr + np.arange(pad, dtype=np.int64) * 192])
-        n = len(datas)
-        self._ensure(n)
+        call = StagedCall()
+        call.n, call.real, call.keep = n, real, datas
         # The argument arrays are NumPy arrays seen through ctypes (no per-image ctypes assignment).
         data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
         sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
-        image_table = np.zeros((n, 8), np.uint64)  # nvjpegImage_t: channel[4], pitch[4]
-        image_table[:, 0] = dst_ptrs
-        image_table[:, 4] = windows[:, 3] * 3
-        param_ptrs = np.fromiter((p.value for p in self.params[:n]), np.uint64, n)
-        ptrs = (ctypes.c_void_p * n).from_buffer(data_ptrs)
-        lengths = (ctypes.c_size_t * n).from_buffer(sizes)
-        images = (_Image * n).from_buffer(image_table)
-        params = (ctypes.c_void_p * n).from_buffer(param_ptrs)
+        call.image_table = np.zeros((n, 8), np.uint64)  # nvjpegImage_t: channel[4], pitch[4]
+        call.image_table[:, 4] = windows[:, 3] * 3
+        if pad:  # the padding's pixels land in scratch, 192 bytes apart
+            call.image_table[real:, 0] = self._pad_out.data.ptr + np.arange(pad, dtype=np.uint64) * 192
+        call.param_set = self._param_set(n)
         set_roi = self.holding.nvjpegDecodeParamsSetROI
-        for p, (y, x, h, w) in zip(self.params, windows.tolist()):
+        for p, (y, x, h, w) in zip(call.param_set, windows.tolist()):
             if set_roi(p, x, y, w, h) != 0:
+                self._give_back(call)
                 _check(1, "nvjpegDecodeParamsSetROI")
-        _check(self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, ptrs, lengths, images, params,
-                                                    ctypes.c_void_p(stream.ptr)), "nvjpegDecodeBatchedEx")
-        if scratch is not None:
-            self._scratch = scratch  # freed at the next call: stream order protects its reuse
+        param_ptrs = np.fromiter((p.value for p in call.param_set[:n]), np.uint64, n)
+        call.args = ((ctypes.c_void_p * n).from_buffer(data_ptrs), (ctypes.c_size_t * n).from_buffer(sizes),
+                     (_Image * n).from_buffer(call.image_table), (ctypes.c_void_p * n).from_buffer(param_ptrs))
+        return call
+
+    def run(self, call: StagedCall, dst_ptrs, stream) -> None:
+        """Make a staged call, its ``i``-th image written to the device memory at ``dst_ptrs[i]``
+        (rows of ``w * 3`` bytes), in stream order on ``stream``. Raises NvjpegUnavailable when
+        nvJPEG refuses the batch (the caller decodes those images another way)."""
+        try:
+            if call.n == 0:
+                return
+            call.image_table[:call.real, 0] = np.asarray(dst_ptrs, dtype=np.int64).reshape(call.real)
+            self._ensure(call.n)
+            status = self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, *call.args,
+                                                          ctypes.c_void_p(stream.ptr))
+        finally:
+            self._give_back(call)
+        _check(status, "nvjpegDecodeBatchedEx")
+
+    def discard(self, call: StagedCall) -> None:
+        """A staged call that will not run (its batch was dropped)."""
+        self._give_back(call)
+
+    def decode_into(self, datas: list[np.ndarray], windows, dst_ptrs, stream, fixed_batch: int = 0) -> None:
+        """:meth:`stage` and :meth:`run` in one: decode ``datas[i]`` cropped to ``windows[i]``
+        into ``dst_ptrs[i]`` on ``stream``."""
+        self.run(self.stage(datas, windows, fixed_batch), dst_ptrs, stream)
 
     def decode(self, datas: list[np.ndarray], windows, stream, fixed_batch: int = 0) -> list:
         """:meth:`decode_into` a new buffer; returns HWC uint8 CuPy views of it, one per image."""
@@ -257,6 +318,10 @@ class HardwareDecoder:
                 for o, s, (_, _, h, w) in zip(offsets.tolist(), sizes.tolist(), windows.tolist())]
 
     def close(self) -> None:
+        with self._params_lock:
+            params, self._all_params, self._free_params = self._all_params, [], []
+        for p in params:
+            self.holding.nvjpegDecodeParamsDestroy(p)
         if getattr(self, "state", None):
             self.holding.nvjpegJpegStateDestroy(self.state)
             self.state = None

@@ -174,6 +174,64 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
         assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0
 
 
+@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
+def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, batch_ctx, rng, monkeypatch):
+    """STOKER_NVJPEG_LANES=3: the engines' share of one batch goes to three decoders called at once,
+    each on its own stream; the images equal one decoder's bit for bit, progressive files
+    included (they go to the CPU either way)."""
+    imgs = _smooth_images(rng, 11)
+    enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
+    got_one, _ = _run(_hw_op(), kind, enc, batch_ctx)
+    monkeypatch.setenv("STOKER_NVJPEG_LANES", "3")
+    op = _hw_op()
+    assert len(op._mixed_state.lanes) == 3
+    for _ in range(2):  # a second batch reuses the lanes' decoders and streams
+        got_three, tl = _run(op, kind, enc, batch_ctx)
+        assert tl._flat is not None
+        for a, b in zip(got_one, got_three):
+            assert a.shape == b.shape and np.array_equal(a, b)
+    assert op._mixed_state.timing["hw_images"] == 2 * 10
+
+
+def test_engines_call_without_padding_on_a_fresh_thread(cp, rng):
+    """A call of exactly ``fixed_batch`` images (every image of the batch eligible, so no padding)
+    from a thread that has made no CUDA call yet: nvJPEG answered status 5 there until the
+    decoder bound the device's context to the calling thread itself."""
+    import threading
+
+    from stoker.backend.nvjpeg import HardwareDecoder, NvjpegUnavailable
+
+    try:
+        decoder = HardwareDecoder(0)
+    except (NvjpegUnavailable, OSError) as e:
+        pytest.skip(f"no nvJPEG hardware decoder here: {e}")
+    imgs = _smooth_images(rng, 4)
+    enc = [_jpeg(im) for im in imgs]
+    windows = np.array([(0, 0, im.shape[0], im.shape[1]) for im in imgs])
+    sizes = windows[:, 2] * windows[:, 3] * 3
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = cp.empty(int(sizes.sum()), cp.uint8)  # allocated here: the thread makes no CuPy call
+    stream = cp.cuda.Stream(non_blocking=True)
+    result: dict = {}
+
+    def work():
+        try:
+            decoder.decode_into(enc, windows, out.data.ptr + offsets, stream, fixed_batch=len(enc))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            result["error"] = e
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    decoder.close()
+    assert "error" not in result, result.get("error")
+    stream.synchronize()
+    host = cp.asnumpy(out)
+    for (_, _, h, w), off, buf in zip(windows, offsets, enc):
+        got = host[off:off + h * w * 3].reshape(h, w, 3)
+        assert np.abs(_luma(got) - _luma(_ref(buf))).mean() < 1.0
+
+
 def _luma(a):
     a = a.astype(np.float64)
     return 0.299 * a[..., 0] + 0.587 * a[..., 1] + 0.114 * a[..., 2]

@@ -58,12 +58,18 @@ def turbo_suitable(data) -> bool:
 # --- the helper process ------------------------------------------------------------------------
 
 def _serve(sock: socket.socket, threads: int) -> None:
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
 
     io = _load("_stoker_io_worker", _IO_WORKER)
     turbo = _load("_stoker_turbo", os.path.join(_HERE, "turbo.py"))
+    # Below the pipeline's own threads (the thread feeding the JPEG engines above all), which
+    # must not wait for a core while the helpers decode.
+    nice = int(os.environ.get("STOKER_CPU_DECODE_NICE", "0") or 0)
+    if nice:
+        os.nice(nice)
     maps: dict[int, tuple] = {}  # slot id -> (mmap, uint8 view)
     pool = ThreadPoolExecutor(threads)
     sock.sendall(b"!")  # ready: the pipeline sends work only from now on
@@ -93,8 +99,9 @@ def _serve(sock: socket.socket, threads: int) -> None:
             maps[slot] = (mm, np.frombuffer(mm, np.uint8))
             continue
         view = maps[slot][1]
+        started = time.perf_counter()  # CLOCK_MONOTONIC: the pipeline's clock too
         done = list(pool.map(run, [view] * len(payload), payload))
-        io._send_msg(sock, [k for k, ok in enumerate(done) if not ok])
+        io._send_msg(sock, ([k for k, ok in enumerate(done) if not ok], started, time.perf_counter()))
 
 
 # --- the pipeline side -------------------------------------------------------------------------
@@ -154,6 +161,7 @@ class Pending:
         self.lease = lease
         self.parts = parts  # (helper, positions of its jobs in the batch's job list)
         self.answers: dict[int, list] = {}
+        self.spans: dict[int, tuple] = {}  # part -> (started, finished) on the helper's clock
         self.event = threading.Event()
 
     def failed(self) -> list[int]:
@@ -164,6 +172,12 @@ class Pending:
         for k, (_, positions) in enumerate(self.parts):
             out += [positions[j] for j in self.answers.get(k, [])]
         return sorted(out)
+
+    def span(self) -> tuple[float, float]:
+        """(first start, last finish) of the helpers' work on this batch (``time.perf_counter``
+        seconds, the same clock in every process); call after :meth:`failed`."""
+        spans = list(self.spans.values()) or [(0.0, 0.0)]
+        return min(a for a, _ in spans), max(b for _, b in spans)
 
 
 class _Helper:
@@ -208,9 +222,10 @@ class _Helper:
         self.is_ready(wait=True)
         with self.recv_lock:
             while any(p is pending for p, _ in self.waiting):
-                failed = self.io._recv_msg(self.sock)
+                failed, started, finished = self.io._recv_msg(self.sock)
                 done, part = self.waiting.popleft()
                 done.answers[part] = failed
+                done.spans[part] = (started, finished)
 
     def close(self) -> None:
         self.io.stop_helper(self.proc, self.sock)

@@ -94,6 +94,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     from stoker.backend.nvjpeg import hardware_eligible
 
     cp = cuda._cupy()
+    clock = {"prepare": time.perf_counter()}  # this batch's timeline (see _State.trace)
     n = len(enc)
     arrays = [np.asarray(d) for d in enc]
     heads: list = [None] * n
@@ -142,8 +143,10 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     device_id = batch.device_id or 0
     out = _OutputBuffer(st, max(int(nbytes.sum()), 1), stream, device_id)
     jobs = {}
-    if hw_idx:
-        jobs["hw"] = st.submit(_engines_job(st, arrays, wins, hw_idx, out, offsets, stream, n, device_id))
+    engine_parts = _split(hw_idx, len(st.lanes))
+    for lane, part in enumerate(engine_parts):
+        jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, wins, part, out, offsets, stream,
+                                                   -(-n // len(st.lanes)), st.lanes[lane], clock))
     if hyb_idx:
         jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets, hyb_fixed,
                                                       device_id))
@@ -172,6 +175,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         staging = procs.lease(cpu_total + sum(arrays[i].size for i in proc_idx))
         stage = staging.view[:cpu_total]
         pending = _send_to_processes(procs, staging, arrays, wins, proc_idx, offsets, cpu_start, cpu_total)
+        clock["sent"] = time.perf_counter()
         st.timing["proc_send_s"] += time.perf_counter() - t_send
         st.timing["proc_images"] += len(proc_idx)
         if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
@@ -187,25 +191,36 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     futures = [batch.pool.submit(_cpu_staged, *t) for t in tasks] if pool_idx and batch.pool else None
     if futures is not None:
         check_cpu_failures(op, batch, pool_idx, futures)
-    redone = _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, hw_idx)
+    job_idx = {f"hw{lane}": part for lane, part in enumerate(engine_parts)}
+    job_idx["hybrid"] = hyb_idx
+    redone = _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, job_idx)
     return {"hardware": True, "cancel": out.cancel, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
-            "out": out, "redone": redone,
+            "out": out, "redone": redone, "job_idx": job_idx, "clock": clock,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": pool_idx, "futures": futures, "tasks": tasks,
             "proc_idx": proc_idx, "pending": pending, "stage": stage,
             "jobs": jobs, "shapes": shapes, "offsets": offsets, "cpu_start": cpu_start, "cpu_total": cpu_total,
             "staging": staging, "sources": list(batch.sources)}
 
 
-def _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, hw_idx) -> dict | None:
+def _split(idx: list, parts: int) -> list:
+    """``idx`` cut into up to ``parts`` runs of nearly equal length (none empty)."""
+    if not idx:
+        return []
+    bounds = np.linspace(0, len(idx), min(parts, len(idx)) + 1).astype(int)
+    return [idx[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, job_idx) -> dict | None:
     """Under ``on_error="skip"``/``"substitute"``, wait here (in the CPU stage) for the engines'
-    call. When nvJPEG refused the batch (a file whose header is fine but whose entropy data is
+    calls. When nvJPEG refused a call (a file whose header is fine but whose entropy data is
     not), its images are decoded on the pool now, so that the bad one is recorded in
     ``batch.failures`` and dropped before the GPU stage, where nothing can be dropped any more.
     Returns {sample: future of its image} of those redone, or None. Under "raise" nothing waits."""
-    if "hw" not in jobs or (op.args.get("on_error") or batch.on_error) == "raise":
+    engines = [name for name in jobs if name.startswith("hw")]
+    if not engines or (op.args.get("on_error") or batch.on_error) == "raise":
         return None
-    error, _ = jobs["hw"].result()
-    if error is None:
+    hw_idx = [i for name in engines if jobs[name].result()[0] is not None for i in job_idx[name]]
+    if not hw_idx:
         return None
     from stoker.operators.decoders.mixed import _cpu_one
 
@@ -332,20 +347,31 @@ class _Cancelled(Exception):
     """A decode job whose batch was dropped (or whose decoder closed) before it ran."""
 
 
-def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
-    """The hardware engines' call for samples ``idx``: returns (error or None, done event or None)."""
+def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, lane, clock):
+    """The hardware engines' call for samples ``idx`` on ``lane`` (decoder, own stream or None,
+    lock), padded to ``n`` images: returns (error or None, done event or None). Notes when the
+    call started and ended in ``clock``."""
     from stoker.backend.nvjpeg import NvjpegUnavailable
 
     cp = _cupy_mod()
-    decoder, own_stream, lock = st.lane()
-    data = [arrays[i] for i in idx]
+    decoder, own_stream, lock = lane
     windows = np.asarray([wins[i] for i in idx], np.int64).reshape(-1, 4)
+    dst = offsets[idx]
+    # The call's arguments are built here, in the CPU stage: the decoder's thread then runs next to
+    # no Python between calls, so the engines do not idle while it waits for the GIL.
+    try:
+        call, staging_error = decoder.stage([arrays[i] for i in idx], windows, fixed_batch=n), None
+    except NvjpegUnavailable as e:
+        call, staging_error = None, e
 
     def job():
+        if staging_error is not None:
+            return staging_error, None
         t0 = time.perf_counter()
         try:
             buf, start = out.get()
         except _Cancelled:
+            decoder.discard(call)
             return None, None
         on, done = stream, None
         if own_stream is not None:  # a second lane: its stream waits for the allocation point
@@ -353,16 +379,19 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, device_id):
             on = own_stream
         t_call = time.perf_counter()
         try:
-            with cp.cuda.Device(device_id), lock:
-                decoder.decode_into(data, windows, buf.data.ptr + offsets[idx], on, fixed_batch=n)
+            with lock:
+                decoder.run(call, buf.data.ptr + dst, on)
             error = None
         except NvjpegUnavailable as e:
             error = e
         if own_stream is not None:
             done = cp.cuda.Event(disable_timing=True)
             done.record(own_stream)
-        st.timing["hw_decode_call_s"] += time.perf_counter() - t0  # from the job's start
-        st.timing["hw_engines_s"] += time.perf_counter() - t_call  # nvJPEG's call alone
+        t_end = time.perf_counter()
+        st.timing["hw_decode_call_s"] += t_end - t0  # from the job's start
+        st.timing["hw_engines_s"] += t_end - t_call  # nvJPEG's call alone
+        clock["engines_start"] = min(clock.get("engines_start", t_call), t_call)
+        clock["engines_end"] = max(clock.get("engines_end", t_end), t_end)
         st.timing["hw_images"] += len(idx)
         return error, done
 
@@ -449,8 +478,8 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
         error, done, *_ = future.result()
         if done is not None:
             stream.wait_event(done)
-        if error is not None:  # nvJPEG refused the batch: its images decode on the CPU instead
-            redo += prep["hw_idx"] if name == "hw" else prep["hyb_idx"]
+        if error is not None:  # nvJPEG refused the call: its images decode on the CPU instead
+            redo += prep["job_idx"][name]
     buf, _ = prep["out"].get(permit=False)  # (allocated here when no decode job ran)
     engines_wait = time.perf_counter() - t0
     st.timing["hw_wait_s"] += engines_wait
@@ -474,6 +503,11 @@ def _finish(op, kind, batch, prep, arg_inputs, st, stream, t_start):
                         (prep["stage"][off:off + int(np.prod(shape))].reshape(shape), True))
         cpu_idx = cpu_idx + list(proc_idx)
     # (under skip/substitute the CPU stage waited for the helpers instead: see prepare_hardware)
+    clock = prep["clock"]
+    clock["gpu_stage"], clock["inputs_ready"] = t0, time.perf_counter()
+    if proc_idx and prep["pending"] is not None:
+        clock["helpers_start"], clock["helpers_end"] = prep["pending"].span()
+    st.trace.append(clock)
     st.balance_share(engines_wait, max(helpers_wait, st.cpu_stage_helpers_wait))
     st.cpu_stage_helpers_wait = 0.0
     host = [img for img, _ in done]

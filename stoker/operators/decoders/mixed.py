@@ -103,11 +103,13 @@ class _State:
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
         self.in_use: collections.deque = collections.deque()
         self.timing = collections.Counter()  # seconds spent, for benchmarks
+        # The last batches' timelines (perf_counter seconds: prepare, sent, engines_start/_end,
+        # helpers_start/_end, gpu_stage, inputs_ready), for benchmarks/gpu_stage_profile.py.
+        self.trace: collections.deque = collections.deque(maxlen=512)
         self.device_id = device_id
         self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
         self.worker = None  # the thread(s) that run the hardware decode calls
-        self.lanes: list = []  # (decoder, stream, lock) used in turn
-        self.next_lane = -1
+        self.lanes: list = []  # (decoder, its own stream or None for the pipeline's, lock)
         # Share of each batch for nvJPEG's GPU-hybrid backend beside the engines (as DALI's
         # hw_decoder_load splits a batch); STOKER_HYBRID_SHARE.
         self.hybrid_share = float(os.environ.get("STOKER_HYBRID_SHARE", "0"))
@@ -177,10 +179,11 @@ class _State:
             try:
                 self.hw = HardwareDecoder(self.device_id)
                 self.lanes = [(self.hw, None, threading.Lock())]
-                # STOKER_NVJPEG_STREAMS=2: two decoders, each on its own stream, so that one
-                # batch's host-side parsing overlaps the other's engine work.
+                # STOKER_NVJPEG_LANES=N: each batch's engine share is split over N decoders called
+                # at once from N threads, each with its own stream (nvJPEG's host side of a batched
+                # call runs on the calling thread).
                 cp = _cupy_mod()
-                for _ in range(int(os.environ.get("STOKER_NVJPEG_STREAMS", "1")) - 1):
+                for _ in range(max(1, env_count("STOKER_NVJPEG_LANES", 1)) - 1):
                     with cp.cuda.Device(self.device_id):
                         self.lanes.append((HardwareDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
                                            threading.Lock()))
@@ -210,11 +213,6 @@ class _State:
 
             self.hybrid_worker = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg-hybrid")
         return self.hybrid_worker.submit(job)
-
-    def lane(self):
-        """(decoder, its own stream or None for the pipeline's, lock) for the next batch."""
-        self.next_lane += 1
-        return self.lanes[self.next_lane % len(self.lanes)]
 
     def submit(self, job):
         """Run ``job`` on the decoder's own thread(s), beside the pipeline's stages."""
