@@ -83,6 +83,50 @@ class Sampler(threading.Thread):
             time.sleep(self.interval)
 
 
+def host_cpu() -> dict:
+    """CPU seconds used so far: the whole machine ("machine"), each thread of this process by its
+    Python name (pool threads together), and the helper processes together ("helpers")."""
+    import psutil
+
+    out: dict = collections.Counter()
+    t = psutil.cpu_times()
+    out["machine"] = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    names = {th.native_id: th.name for th in threading.enumerate()}
+    me = psutil.Process()
+    for th in me.threads():
+        name = names.get(th.id, "other")
+        name = "pool" if name.startswith("stoker-cpu") else name.split("_")[0]
+        out["thread " + name] += th.user_time + th.system_time
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            out["helpers"] += c.user + c.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def print_timeline(trace) -> None:
+    """Medians over the measured batches of the mixed decoder's timeline (ms): when the engines'
+    call and the helper processes started and ended, relative to the batch's prepare (CPU stage)
+    and to the moment its GPU stage began waiting for them (positive: the GPU stage waited)."""
+    import numpy as np
+
+    rows = [c for c in trace if "gpu_stage" in c]
+
+    def med(a: str, b: str) -> str:
+        vals = [c[a] - c[b] for c in rows if a in c and b in c]
+        return f"{np.median(vals) * 1e3:.1f}" if vals else "-"
+
+    if rows:
+        print(f"   timeline (median ms): GPU stage waits {med('gpu_stage', 'prepare')} after prepare; "
+              f"engines start {med('engines_start', 'prepare')} after prepare, run "
+              f"{med('engines_end', 'engines_start')}, end {med('engines_end', 'gpu_stage')} after the GPU "
+              f"stage waits; helpers start {med('helpers_start', 'sent')} after the send, run "
+              f"{med('helpers_end', 'helpers_start')}, end {med('helpers_end', 'gpu_stage')} after the GPU stage "
+              f"waits; inputs ready {med('inputs_ready', 'gpu_stage')} after", flush=True)
+
+
 def build(kind: str, root: str):
     import stoker.fn as fn
     import stoker.types as types
@@ -124,11 +168,14 @@ def main() -> None:
         timers.clear()
         decoder = next(i for i in pipe._graph.instances.values() if hasattr(i, "_mixed_state"))
         decoder._mixed_state.timing.clear()
+        decoder._mixed_state.trace.clear()
+        cpu0 = host_cpu()
         t0, n = time.perf_counter(), 0
         while time.perf_counter() - t0 < a.seconds:
             pipe.run()
             n += B
         dt = time.perf_counter() - t0
+        cpu1 = host_cpu()
         batches = n // B
         print(f"== {kind}: {n / dt:.0f} img/s, {dt / batches * 1e3:.1f} ms/batch", flush=True)
         for k, v in sorted(timers.items()):
@@ -139,6 +186,10 @@ def main() -> None:
                 print(f"   mixed.{k}: {v / max(timing['batches'], 1):.1f} per batch")
             elif k != "batches":
                 print(f"   mixed.{k}: {v / max(timing['batches'], 1) * 1e3:.1f} ms/batch")
+        print_timeline(decoder._mixed_state.trace)
+        print("   host cores busy: " + ", ".join(f"{k} {(cpu1[k] - cpu0.get(k, 0.0)) / dt:.2f}"
+                                              for k in sorted(cpu1, key=lambda k: -(cpu1[k] - cpu0.get(k, 0.0)))
+                                              if cpu1[k] - cpu0.get(k, 0.0) > 0.02 * dt), flush=True)
         if a.profile:
             sampler = Sampler()
             sampler.start()
