@@ -110,11 +110,38 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // step) * step
 
 
+# cuDevicePrimaryCtxSetFlags' scheduling flags, by STOKER_CUDA_SYNC's values
+_SYNC_FLAGS = {"spin": 0x1, "yield": 0x2, "blocking": 0x4}
+
+
+def set_sync_mode(device_id: int, mode: str | None = None) -> int | None:
+    """How host threads wait for the GPU (``STOKER_CUDA_SYNC``): "default" leaves CUDA's choice
+    (spinning, with fewer busy contexts than cores), "spin", "yield" or "blocking" (the thread
+    sleeps until the GPU signals). Set through the driver on the device's primary context, which
+    CuPy, nvJPEG and PyTorch share. Returns the driver's status, or None when nothing was set."""
+    import ctypes
+
+    mode = (mode or os.environ.get("STOKER_CUDA_SYNC", "default")).strip().lower()
+    if mode == "default":
+        return None
+    if mode not in _SYNC_FLAGS:
+        raise ValueError(f"STOKER_CUDA_SYNC must be 'default', 'spin', 'yield' or 'blocking', not {mode!r}")
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    dev = ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGet(ctypes.byref(dev), int(device_id)) != 0:
+        return None
+    return int(lib.cuDevicePrimaryCtxSetFlags(dev, _SYNC_FLAGS[mode]))
+
+
 class GpuContext:
     """One pipeline's GPU: its device, its own non-blocking CUDA stream and staging buffers."""
 
     def __init__(self, device_id: int):
         cp = _cupy()
+        self.sync_status = set_sync_mode(device_id)
         use_memory_pool()
         self.device_id = device_id
         self.device = cp.cuda.Device(device_id)
