@@ -98,6 +98,21 @@ def test_a_called_off_batch_keeps_its_slot_until_answered(procs):
     assert len(procs.free) == 2  # both slots back once answered and dropped
 
 
+def test_batches_in_flight_together_get_their_own_answers(procs):
+    """A helper takes the next batch's jobs while the previous batch's last images decode; each
+    batch's answer (failures by position, pixels) must still be its own, whichever is read first."""
+    batches = [_batch(12, seed=10 + b) for b in range(4)]
+    batches[1][0][4] = np.frombuffer(b"broken" * 30, np.uint8)
+    batches[3][0][0] = batches[3][0][0][:30].copy()
+    sent = [_submit(procs, datas, wins) for datas, wins in batches]
+    assert [p.failed() for _, p, _ in reversed(sent)] == [[0], [], [4], []]
+    for (datas, wins), (lease, _, offsets) in zip(batches, sent):
+        for k in (1, 7, 11):
+            want = turbo.decode_window(datas[k], wins[k])
+            got = lease.view[offsets[k]:offsets[k] + want.nbytes].reshape(want.shape)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_close_stops_the_helpers():
     p = DecodeProcesses(2, 1, turbo.library_path(), pin=False)
     helpers = [h.proc for h in p.helpers]
