@@ -12,7 +12,9 @@ Stages:
 
 With ``exec_async`` each stage has its own worker thread and bounded queue
 (``cpu_size`` / ``gpu_size``), so iteration i+1 is read and decoded while
-iteration i runs on the GPU and the user's training step runs in Python.
+iteration i runs on the GPU and the user's training step runs in Python. The
+GPU stage runs an iteration only while fewer than ``gpu_size`` of its outputs
+wait for the consumer, so a deep CPU queue does not hold more device batches.
 """
 
 from __future__ import annotations
@@ -149,6 +151,9 @@ class Executor:
             self._in: queue.Queue = queue.Queue()
             has_gpu = bool(graph.gpu_nodes)
             self._mid: queue.Queue = queue.Queue(maxsize=max(1, gpu_queue)) if has_gpu else self._out
+            # One permit per GPU-stage output not yet taken by pop(): the device memory held by
+            # finished batches stays at gpu_size batches however far ahead the CPU stage runs.
+            self._gpu_outputs = threading.Semaphore(max(1, gpu_queue)) if has_gpu else None
             self._start(self._cpu_worker, "stoker-cpu-stage")
             if has_gpu:
                 self._start(self._gpu_worker, "stoker-gpu-stage")
@@ -202,6 +207,8 @@ class Executor:
                     raise StokerError("a stoker executor thread died unexpectedly") from None
         with self._lock:
             self._pending -= 1
+        if self.asynchronous and self._gpu_outputs is not None:
+            self._gpu_outputs.release()
         return it
 
     def drain(self) -> None:
@@ -246,6 +253,9 @@ class Executor:
             it = self._mid.get()
             if it is _STOP:
                 return
+            while not self._gpu_outputs.acquire(timeout=0.1):  # wait for pop() to take one
+                if self._closed:
+                    return
             with self._stage_lock:
                 self._run_gpu_stage(it)
             self._out.put(it)

@@ -270,6 +270,13 @@ class Pipeline:
         if self._first_iter and self._exec_pipelined:
             self._first_iter = False
             depth = self._cpu_queue
+            if self._graph.gpu_nodes and self._exec_async and os.environ.get("STOKER_STAGE_QUEUES", "1") != "0":
+                # A queue per stage, as DALI describes prefetch_queue_depth: up to cpu_size batches
+                # done by the CPU stage and gpu_size by the GPU stage (the executor holds the GPU
+                # stage there), so the CPU stage (and the mixed decoders' helper processes and
+                # engine calls) work up to cpu_size batches ahead of the GPU stage.
+                # STOKER_STAGE_QUEUES=0: one queue of cpu_size, as before (benchmarks/RESULTS.md).
+                depth += self._gpu_queue
             for k in range(depth):
                 if not self._schedule_one():
                     if k == 0:
