@@ -100,16 +100,17 @@ def test_bounded_decodes_ahead_give_the_same_batches(ahead, sample_jpeg_dir, mon
 
 
 def test_gpu_stage_holds_at_most_gpu_size_finished_batches(rng):
-    """prefetch_queue_depth={"cpu_size": 3, "gpu_size": 2}: the CPU stage runs ahead by up to
-    cpu_size batches, but the GPU stage stops once gpu_size of its outputs wait for the consumer
-    (each holds device memory); every batch still comes out, in order, with its own data."""
+    """prefetch_queue_depth={"cpu_size": 3, "gpu_size": 3}: the CPU stage runs ahead by up to
+    cpu_size batches, but the GPU stage stops once gpu_size - 1 of its outputs wait for the
+    consumer (who holds one more; each holds device memory); every batch still comes out, in
+    order, with its own data."""
     import time
 
     _need("crop_mirror_normalize")
     batches = [[np.full((8, 8, 3), 10 * k + j, np.uint8) for j in range(2)] for k in range(9)]
 
     @pipeline_def(batch_size=2, num_threads=1, device_id=0,
-                  prefetch_queue_depth={"cpu_size": 3, "gpu_size": 2})
+                  prefetch_queue_depth={"cpu_size": 3, "gpu_size": 3})
     def pipe():
         x = fn.external_source(source=batches, cycle=False, layout="HWC")
         return fn.crop_mirror_normalize(x.gpu(), dtype=types.FLOAT, output_layout="HWC")
@@ -118,13 +119,13 @@ def test_gpu_stage_holds_at_most_gpu_size_finished_batches(rng):
     p.build()
     p.schedule_run()  # fills the queues: cpu_size + gpu_size iterations
     ex = p._executor
-    assert ex.pending == 5
+    assert ex.pending == 6
     time.sleep(0.5)
     assert ex._out.qsize() == 2  # the GPU stage waits for the consumer
     for k in range(9):
         (out,) = p.outputs()
         assert np.all(out.as_cpu().as_array() == np.array([10 * k, 10 * k + 1])[:, None, None, None])
-        if k < 4:  # keep the queue full while data lasts
+        if k < 3:  # keep the queue full while data lasts
             p.schedule_run()
         time.sleep(0.05)
         assert ex._out.qsize() <= 2
