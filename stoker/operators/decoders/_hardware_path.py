@@ -374,7 +374,7 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, lane, clock):
             decoder.discard(call)
             return None, None
         on, done = stream, None
-        if own_stream is not None:  # a second lane: its stream waits for the allocation point
+        if own_stream is not None:  # a lane with its own stream: it waits for the allocation point
             own_stream.wait_event(start)
             on = own_stream
         t_call = time.perf_counter()

@@ -178,13 +178,17 @@ class _State:
 
             try:
                 self.hw = HardwareDecoder(self.device_id)
-                self.lanes = [(self.hw, None, threading.Lock())]
-                # STOKER_NVJPEG_LANES=N: each batch's engine share is split over N decoders called
-                # at once from N threads, each with its own stream (nvJPEG's host side of a batched
-                # call runs on the calling thread).
+                # STOKER_NVJPEG_LANES=N (experimental): each batch's engine share is split over N
+                # decoders called at once from N threads (nvJPEG's host side of a batched call
+                # runs on the calling thread: benchmarks/engines_probe.py, H100, 2 lanes 20.0k ->
+                # 22.9k img/s). Every lane then has its own stream: with the first lane on the
+                # pipeline's stream, two calls in flight hung inside nvJPEG (2026-11-25).
+                lanes = max(1, env_count("STOKER_NVJPEG_LANES", 1))
                 cp = _cupy_mod()
-                for _ in range(max(1, env_count("STOKER_NVJPEG_LANES", 1)) - 1):
-                    with cp.cuda.Device(self.device_id):
+                with cp.cuda.Device(self.device_id):
+                    self.lanes = [(self.hw, None if lanes == 1 else cp.cuda.Stream(non_blocking=True),
+                                   threading.Lock())]
+                    for _ in range(lanes - 1):
                         self.lanes.append((HardwareDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
                                            threading.Lock()))
             except (NvjpegUnavailable, OSError) as e:
