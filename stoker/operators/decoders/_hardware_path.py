@@ -141,7 +141,11 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     cpu_start = int(nbytes[hw_idx].sum() + nbytes[hyb_idx].sum())
     stream = cuda.current_stream(batch)
     device_id = batch.device_id or 0
-    out = _OutputBuffer(st, max(int(nbytes.sum()), 1), stream, device_id)
+    # Each batch's buffer is as large as the largest so far, so that the pool serves every batch
+    # from the same blocks: with a size per batch (random crops), the pool kept blocks of several
+    # sizes and the training pipeline held 697-857 MiB from run to run (H100, 2026-11-25).
+    st.out_bytes = max(st.out_bytes, int(nbytes.sum()), 1)
+    out = _OutputBuffer(st, st.out_bytes, stream, device_id)
     jobs = {}
     engine_parts = _split(hw_idx, len(st.lanes))
     for lane, part in enumerate(engine_parts):

@@ -103,6 +103,7 @@ class _State:
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
         self.in_use: collections.deque = collections.deque()
         self.timing = collections.Counter()  # seconds spent, for benchmarks
+        self.out_bytes = 0  # the largest decoded batch so far (bytes): every batch's buffer size
         # The last batches' timelines (perf_counter seconds: prepare, sent, engines_start/_end,
         # helpers_start/_end, gpu_stage, inputs_ready), for benchmarks/gpu_stage_profile.py.
         self.trace: collections.deque = collections.deque(maxlen=512)
