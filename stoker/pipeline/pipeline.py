@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import os
+import sys
 import threading
 from collections import deque
 
@@ -423,6 +424,24 @@ class Pipeline:
                     inst.close()
 
     def __del__(self):
+        # Garbage collection runs this on whatever thread allocates at the time, possibly one that
+        # another thread waits for while holding a lock the pipeline's threads need (seen:
+        # ThreadPoolExecutor.submit holds its module-wide lock while it waits for a new pool
+        # thread to start; the collection ran in that new thread, and close() then waited for a
+        # stage thread blocked on that lock). So the closing, which joins threads, runs on a
+        # thread of its own.
+        # At interpreter exit no new thread can start: close here (other threads are stopped).
+        if getattr(self, "_executor", None) is None and getattr(self, "_graph", None) is None:
+            return
+        if sys.is_finalizing():
+            self._close_quietly()
+            return
+        try:
+            threading.Thread(target=self._close_quietly, name="stoker-close", daemon=True).start()
+        except RuntimeError:  # no new threads any more
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown

@@ -101,3 +101,37 @@ def test_unclosed_pipelines_are_released_by_garbage_collection(dataset):
         del pipe
         gc.collect()
     assert _settled_threads(baseline) == baseline
+
+
+def test_dropping_a_busy_pipeline_does_not_wait_for_its_threads():
+    """Garbage collection may run a pipeline's finalizer on any thread, even one that holds a lock
+    the pipeline's own threads wait for; so dropping a pipeline must not join its threads there.
+    Here the CPU stage is stuck in a source callback while the pipeline is dropped: the drop
+    returns at once, and the threads still end once the callback returns."""
+    import time
+
+    import numpy as np
+
+    gate = threading.Event()
+    baseline = threading.active_count()
+
+    def source(info):
+        if info.iteration > 0:
+            gate.wait(20)
+        return [np.full((2, 2), info.iteration, np.uint8)]
+
+    @pipeline_def(batch_size=1, num_threads=2, device_id=None, prefetch_queue_depth=2)
+    def p():
+        return fn.external_source(source=source, batch=True, batch_info=True)
+
+    pipe = p()
+    pipe.build()
+    (out,) = pipe.run()
+    assert int(out.as_array().max()) == 0
+    time.sleep(0.1)  # the CPU stage is now waiting in iteration 1's callback
+    t0 = time.monotonic()
+    del pipe, out
+    gc.collect()
+    assert time.monotonic() - t0 < 2.0
+    gate.set()
+    assert _settled_threads(baseline) == baseline
