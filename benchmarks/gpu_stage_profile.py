@@ -11,7 +11,7 @@ statistical profile: every 3 ms the innermost frame of each thread is counted,
 grouped by thread (pool, stage threads, decoder thread, reader thread). The
 sampler takes the GIL briefly, so its own run is a little slower.
 Environment variables of stoker (STOKER_NVJPEG_HW, STOKER_CPU_DECODE_SHARE,
-STOKER_NVJPEG_STREAMS, STOKER_READER_PROCESS, ...) apply as usual.
+STOKER_NVJPEG_LANES, STOKER_READER_PROCESS, ...) apply as usual.
 """
 
 from __future__ import annotations

@@ -185,6 +185,12 @@ class _State:
                 # 22.9k img/s). Every lane then has its own stream: with the first lane on the
                 # pipeline's stream, two calls in flight hung inside nvJPEG (2026-11-25).
                 lanes = max(1, env_count("STOKER_NVJPEG_LANES", 1))
+                if lanes > 1:
+                    import logging
+
+                    logging.getLogger("stoker").warning(
+                        "STOKER_NVJPEG_LANES=%d is experimental: a pipeline once stopped with two engine calls "
+                        "in flight (benchmarks/RESULTS.md, session 6)", lanes)
                 cp = _cupy_mod()
                 with cp.cuda.Device(self.device_id):
                     self.lanes = [(self.hw, None if lanes == 1 else cp.cuda.Stream(non_blocking=True),
