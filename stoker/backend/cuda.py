@@ -6,8 +6,9 @@ What lives here:
 
 * :class:`GpuContext` - one pipeline's device and its non-blocking stream.
 * :func:`use_memory_pool` - CuPy's caching pool with size classes (default),
-  as it is (``STOKER_GPU_POOL=plain``) or the driver's stream-ordered pool
-  (``STOKER_GPU_POOL=async``).
+  as it is (``STOKER_GPU_POOL=plain``), the driver's stream-ordered pool
+  (``STOKER_GPU_POOL=async``) or PyTorch's caching allocator
+  (``STOKER_GPU_POOL=torch``: one pool for both frameworks).
 * :class:`PinnedRing` - reusable pinned staging buffers for host-to-device
   copies that do not block the host (pageable copies would sync the stream).
 * :func:`load_kernel` - NVRTC-compiled kernels from ``stoker/kernels/*.cu``,
@@ -75,8 +76,12 @@ def use_memory_pool(kind: str | None = None) -> str:
             return _pool_chosen
         cp = _cupy()
         kind = kind or os.environ.get("STOKER_GPU_POOL", "default")
-        if kind not in ("default", "plain", "async"):
-            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain' or 'async', got {kind!r}")
+        if kind not in ("default", "plain", "async", "torch"):
+            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain', 'async' or 'torch', got {kind!r}")
+        if kind == "torch":
+            cp.cuda.set_allocator(_torch_malloc)
+            _pool_chosen, _pool_object = kind, None
+            return kind
         pool = cp.cuda.MemoryAsyncPool() if kind == "async" else cp.get_default_memory_pool()
         if kind == "async":
             cp.cuda.set_allocator(pool.malloc)
@@ -88,12 +93,47 @@ def use_memory_pool(kind: str | None = None) -> str:
         return kind
 
 
+class _TorchBlock:
+    """Owner of one block from PyTorch's caching allocator: hands it back when CuPy drops it."""
+
+    __slots__ = ("ptr", "free")
+
+    def __init__(self, ptr: int, free):
+        self.ptr, self.free = ptr, free
+
+    def __del__(self):
+        try:
+            self.free(self.ptr)
+        except Exception:  # noqa: BLE001 - interpreter exit: the allocator may be gone
+            pass
+
+
+def _torch_malloc(nbytes: int):
+    """CuPy allocations served by PyTorch's caching allocator (``STOKER_GPU_POOL=torch``), on
+    CuPy's current device and stream, so that memory one framework frees the other reuses
+    instead of each caching its own. Freed blocks are reused in that stream's order, as with
+    CuPy's own pool."""
+    import torch
+
+    cp = _cupy()
+    if nbytes == 0:
+        return cp.cuda.MemoryPointer(cp.cuda.Memory(0), 0)
+    device = cp.cuda.Device().id
+    ptr = torch.cuda.caching_allocator_alloc(nbytes, device, cp.cuda.get_current_stream().ptr)
+    owner = _TorchBlock(ptr, torch.cuda.caching_allocator_delete)
+    return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr, nbytes, owner, device), 0)
+
+
 def release_unused_memory() -> None:
     """Hand back to the driver the device memory and pinned host memory that the pools keep
     cached for reuse but no live array uses. Arrays still referenced (batches in flight,
     outputs the caller holds) keep theirs. The next batches allocate afresh, so call this
     between phases (after an epoch, before evaluation), not per batch."""
     cp = _cupy()
+    if _pool_chosen == "torch":
+        import torch
+
+        torch.cuda.empty_cache()
     pool = _pool_object if _pool_object is not None else cp.get_default_memory_pool()
     pool.free_all_blocks()
     cp.get_default_pinned_memory_pool().free_all_blocks()
