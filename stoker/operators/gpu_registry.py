@@ -35,6 +35,21 @@ PENDING_GPU_MODULES = (
     "stoker.operators.color.gpu_color",
 )
 
+# Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU
+# batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
+# goes to the host and back, and a warning says so once per operator. Kernels replace them one by
+# one (GPU_MODULES).
+HOST_FALLBACK_ON_GPU = (
+    "brightness", "brightness_contrast", "contrast", "color_twist", "hsv", "hue", "saturation",
+    "color_space_conversion", "normalize", "pad", "slice", "rotate", "warp_affine", "warp_perspective",
+    "experimental.warp_perspective", "gaussian_blur", "laplacian", "erase", "random_resized_crop", "jitter",
+    "water", "sphere", "noise.gaussian", "noise.salt_and_pepper", "noise.shot", "jpeg_compression_distortion",
+    "grid_mask", "paste", "one_hot", "reinterpret", "squeeze", "expand_dims", "cat", "stack", "lookup_table",
+    "element_extract", "coord_flip", "bb_flip", "cast_like", "reductions.max", "reductions.mean",
+    "reductions.mean_square", "reductions.min", "reductions.rms", "reductions.std_dev", "reductions.sum",
+    "reductions.variance",
+)
+
 _loaded = False
 
 
@@ -71,6 +86,10 @@ def load_gpu_impls() -> None:
             except ModuleNotFoundError as e:
                 if e.name != mod:
                     raise
+    for name in HOST_FALLBACK_ON_GPU:
+        cls = _REGISTRY.get(name)
+        if cls is not None and "gpu" not in cls.schema.devices:
+            cls.schema.devices = tuple(cls.schema.devices) + ("gpu",)
     for name, fn in _GPU_IMPLS.items():
         cls = _REGISTRY.get(name)
         if cls is None:
@@ -102,6 +121,12 @@ def host_fallback(op, batch, inputs, arg_inputs) -> list:
     from stoker.operators.transfer import upload_batch
     from stoker.tensors_gpu import TensorListGPU
 
+    if FALLBACKS[op.schema.name] == 0:
+        import logging
+
+        logging.getLogger("stoker").warning(
+            "%s has no GPU kernel yet: its GPU batches are copied to the host, processed there and copied "
+            "back (correct, but slower than a kernel)", op.schema.name)
     FALLBACKS[op.schema.name] += 1
     if batch.stream is not None:
         batch.stream.synchronize()
