@@ -192,6 +192,20 @@ class TensorListGPU(SampleList):
             tl._source_info += [""] * (n - len(tl._source_info))
         return tl
 
+    def flat_parts(self):
+        """(1-D buffer, element offsets, shapes) when the samples lie in one device buffer (a
+        ragged batch from :meth:`from_flat`, or a dense one), else None. Element-wise kernels
+        then run over the buffer once instead of per sample; the buffer may hold gaps between
+        samples (their values are not used)."""
+        if self._flat is not None:
+            return self._flat
+        d = self._dense
+        if d is not None and d.ndim >= 1 and d.flags.c_contiguous:
+            n = int(d.shape[0])
+            per = int(np.prod(d.shape[1:], dtype=np.int64))
+            return d.reshape(-1), np.arange(n, dtype=np.int64) * per, np.tile(np.asarray(d.shape[1:], np.int64), (n, 1))
+        return None
+
     # --- samples, made lazily ----------------------------------------------------
     @property
     def _samples(self) -> list:

@@ -33,6 +33,7 @@ GPU_MODULES = (
 # STOKER_GPU_PENDING=1 (the GPU tests load them directly), until their tests have passed on a GPU.
 PENDING_GPU_MODULES = (
     "stoker.operators.color.gpu_color",
+    "stoker.operators.math.gpu_arithmetic",
 )
 
 # Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU

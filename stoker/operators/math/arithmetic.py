@@ -8,26 +8,28 @@ give bool; ``//`` of floating-point values divides exactly (as DALI does).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 
+# expression -> function name, the same in NumPy and CuPy (the GPU path passes xp=cupy)
 _BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power, "mod": None,
-    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
-    "eq": np.equal, "neq": np.not_equal, "lt": np.less, "leq": np.less_equal,
-    "gt": np.greater, "geq": np.greater_equal, "min": np.minimum, "max": np.maximum,
-    "fdiv": None, "div": None, "atan2": np.arctan2, "fpow": np.power,
+    "add": "add", "sub": "subtract", "mul": "multiply", "pow": "power", "mod": None,
+    "bitand": "bitwise_and", "bitor": "bitwise_or", "bitxor": "bitwise_xor",
+    "eq": "equal", "neq": "not_equal", "lt": "less", "leq": "less_equal",
+    "gt": "greater", "geq": "greater_equal", "min": "minimum", "max": "maximum",
+    "fdiv": None, "div": None, "atan2": "arctan2", "fpow": "power",
 }
 _UNARY_FLOAT = {
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "cbrt": np.cbrt, "exp": np.exp, "log": np.log,
-    "log2": np.log2, "log10": np.log10, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
-    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "sqrt": "sqrt", "rsqrt": None, "cbrt": "cbrt", "exp": "exp", "log": "log", "log2": "log2", "log10": "log10",
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "arcsin", "acos": "arccos", "atan": "arctan",
+    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh",
 }
-_UNARY_SAME = {"neg": np.negative, "abs": np.abs, "fabs": np.abs, "floor": np.floor, "ceil": np.ceil,
-               "bitnot": np.invert, "round": np.rint}
+_UNARY_SAME = {"neg": "negative", "abs": "abs", "fabs": "abs", "floor": "floor", "ceil": "ceil",
+               "bitnot": "invert", "round": "rint"}
 _COMPARE = {"eq", "neq", "lt", "leq", "gt", "geq"}
 
 
@@ -57,36 +59,59 @@ def result_type(a: np.dtype, b: np.dtype) -> np.dtype:
     return np.promote_types(a, b)
 
 
-def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype):
-    """Apply a binary expression to arrays (or scalars) with DALI's result types."""
+def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype, xp=np):
+    """Apply a binary expression to arrays (or scalars) with DALI's result types; ``xp`` is the
+    array module (NumPy, or CuPy for device arrays)."""
     out_t = result_type(tx, ty)
     if expr == "fdiv":
         ft = out_t if out_t.kind == "f" else np.dtype(np.float32)
-        return np.true_divide(np.asarray(x, ft), np.asarray(y, ft)).astype(ft, copy=False)
+        return xp.true_divide(xp.asarray(x, ft), xp.asarray(y, ft)).astype(ft, copy=False)
     if expr == "div":
         if out_t.kind == "f":
-            return np.true_divide(np.asarray(x, out_t), np.asarray(y, out_t)).astype(out_t, copy=False)
-        xx, yy = np.asarray(x, out_t), np.asarray(y, out_t)
+            return xp.true_divide(xp.asarray(x, out_t), xp.asarray(y, out_t)).astype(out_t, copy=False)
+        xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
         # C-style integer division truncates toward zero (DALI's semantics)
-        with np.errstate(divide="ignore"):
-            q = np.where(yy != 0, np.trunc(np.true_divide(xx, np.where(yy == 0, 1, yy))), 0)
+        with np.errstate(divide="ignore") if xp is np else contextlib.nullcontext():
+            q = xp.where(yy != 0, xp.trunc(xp.true_divide(xx, xp.where(yy == 0, 1, yy))), 0)
         return q.astype(out_t)
     if expr == "mod":
-        xx, yy = np.asarray(x, out_t), np.asarray(y, out_t)
-        return np.fmod(xx, yy).astype(out_t, copy=False)
-    fn = _BINARY[expr]
-    res = fn(np.asarray(x, out_t), np.asarray(y, out_t))
+        xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
+        return xp.fmod(xx, yy).astype(out_t, copy=False)
+    res = getattr(xp, _BINARY[expr])(xp.asarray(x, out_t), xp.asarray(y, out_t))
     if expr in _COMPARE:
         return res.astype(np.bool_, copy=False)
     return res.astype(out_t, copy=False)
 
 
-def unary(expr: str, x):
-    x = np.asarray(x)
+def unary(expr: str, x, xp=np):
+    """Apply a unary expression: ``_UNARY_SAME`` keep the type, the others compute in floating point."""
+    x = xp.asarray(x)
     if expr in _UNARY_SAME:
-        return _UNARY_SAME[expr](x).astype(x.dtype, copy=False)
+        return getattr(xp, _UNARY_SAME[expr])(x).astype(x.dtype, copy=False)
     ft = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
-    return _UNARY_FLOAT[expr](x.astype(ft, copy=False)).astype(ft, copy=False)
+    x = x.astype(ft, copy=False)
+    res = 1.0 / xp.sqrt(x) if expr == "rsqrt" else getattr(xp, _UNARY_FLOAT[expr])(x)
+    return res.astype(ft, copy=False)
+
+
+def evaluate(args: dict, inputs: list, xp=np):
+    """One sample's (or one flat buffer's) result of the ``_arithmetic`` operator with arguments
+    ``args`` (expr, lhs/rhs constants, lo/hi) on ``inputs``."""
+    expr = args["expr"]
+    if expr in _UNARY_SAME or expr in _UNARY_FLOAT:
+        return unary(expr, inputs[0], xp)
+    if expr == "clamp":
+        x = inputs[0]
+        lo = inputs[1] if len(inputs) > 1 else args["lo"]
+        hi = inputs[2] if len(inputs) > 2 else args["hi"]
+        return xp.clip(x, lo, hi).astype(x.dtype, copy=False)
+    it = iter(inputs)
+    lhs, rhs = args["lhs"], args["rhs"]
+    x = next(it) if lhs is None else lhs
+    y = next(it) if rhs is None else rhs
+    tx = x.dtype if lhs is None else _const_dtype(lhs)
+    ty = y.dtype if rhs is None else _const_dtype(rhs)
+    return binary(expr, x, y, tx, ty, xp)
 
 
 @register
@@ -103,21 +128,7 @@ class Arithmetic(Operator):
     )
 
     def run_sample(self, inputs, args, ctx):
-        expr = self.args["expr"]
-        if expr in _UNARY_SAME or expr in _UNARY_FLOAT:
-            return unary(expr, inputs[0])
-        if expr == "clamp":
-            x = inputs[0]
-            lo = inputs[1] if len(inputs) > 1 else self.args["lo"]
-            hi = inputs[2] if len(inputs) > 2 else self.args["hi"]
-            return np.clip(x, lo, hi).astype(x.dtype, copy=False)
-        it = iter(inputs)
-        lhs, rhs = self.args["lhs"], self.args["rhs"]
-        x = next(it) if lhs is None else lhs
-        y = next(it) if rhs is None else rhs
-        tx = x.dtype if lhs is None else _const_dtype(lhs)
-        ty = y.dtype if rhs is None else _const_dtype(rhs)
-        return binary(expr, x, y, tx, ty)
+        return evaluate(self.args, inputs)
 
     def output_layouts(self, input_layouts):
         layouts = [lay for lay in input_layouts if lay]
