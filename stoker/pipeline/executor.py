@@ -257,9 +257,14 @@ class Executor:
             it = self._mid.get()
             if it is _STOP:
                 return
-            while not self._gpu_outputs.acquire(timeout=0.1):  # wait for pop() to take one
-                if self._closed:
-                    return
+            while not self._closed and not self._gpu_outputs.acquire(timeout=0.1):
+                pass  # wait for pop() to take a finished batch
+            if self._closed:
+                # Keep reading _mid until the CPU stage's _STOP (it would block on a full queue
+                # otherwise) and call off what the iterations hold (a mixed decoder's buffers).
+                for prepared in (it.values.get("prepared") or {}).values():
+                    _cancel(prepared)
+                continue
             with self._stage_lock:
                 self._run_gpu_stage(it)
             self._out.put(it)

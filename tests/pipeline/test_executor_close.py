@@ -1,0 +1,42 @@
+"""Closing an executor whose CPU stage runs ahead of a GPU stage held by the consumer (stage
+queues full) must end both stage threads at once. The stages are stubbed (no GPU here): what is
+exercised is the hand-over between the stage threads, the GPU stage's permits and close()."""
+
+import contextlib
+import queue
+import threading
+import time
+
+import pytest
+
+from stoker.pipeline.executor import Executor
+
+
+def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
+    ex = Executor.__new__(Executor)
+    ex.asynchronous, ex._closed, ex._pending = True, False, 0
+    ex._out, ex._in = queue.Queue(), queue.Queue()
+    ex._mid = queue.Queue(maxsize=gpu_queue)
+    ex._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1))
+    ex._threads, ex._lock, ex._stage_lock = [], threading.Lock(), contextlib.nullcontext()
+    ex.pool, ex._chain_workers = None, None
+    ex.graph = type("Graph", (), {"gpu_nodes": [object()]})()
+    ex._run_cpu_stage = lambda it: None
+    ex._run_gpu_stage = lambda it: None
+    ex._start(ex._cpu_worker, "cpu-stage")
+    ex._start(ex._gpu_worker, "gpu-stage")
+    return ex
+
+
+@pytest.mark.parametrize("cpu_queue,gpu_queue", [(2, 2), (3, 2), (1, 1)])
+def test_close_with_full_stage_queues_ends_both_stage_threads(cpu_queue, gpu_queue):
+    ex = _stub_executor(cpu_queue, gpu_queue)
+    for i in range(cpu_queue + gpu_queue):  # what Pipeline schedules first
+        ex.schedule({}, i)
+    ex.pop()
+    ex.schedule({}, 99)  # and then one per output taken, as an iterator does
+    time.sleep(0.3)  # the GPU stage now waits for the consumer, the CPU stage on a full queue
+    t0 = time.monotonic()
+    ex.close()
+    assert time.monotonic() - t0 < 5.0
+    assert not any(t.is_alive() for t in ex._threads)
