@@ -173,7 +173,16 @@ def set_sync_mode(device_id: int, mode: str | None = None) -> int | None:
     dev = ctypes.c_int()
     if lib.cuInit(0) != 0 or lib.cuDeviceGet(ctypes.byref(dev), int(device_id)) != 0:
         return None
-    return int(lib.cuDevicePrimaryCtxSetFlags(dev, _SYNC_FLAGS[mode]))
+    # The _v2 entry point (what cuda.h maps the name to) may change an active context's flags;
+    # the plain one refuses once CuPy or PyTorch has made the context.
+    set_flags = getattr(lib, "cuDevicePrimaryCtxSetFlags_v2", None) or lib.cuDevicePrimaryCtxSetFlags
+    status = int(set_flags(dev, _SYNC_FLAGS[mode]))
+    if status != 0:
+        import logging
+
+        logging.getLogger("stoker").warning("STOKER_CUDA_SYNC=%s was not applied: the CUDA driver answered %d",
+                                            mode, status)
+    return status
 
 
 class GpuContext:

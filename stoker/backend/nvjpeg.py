@@ -197,6 +197,7 @@ class HardwareDecoder:
         self._all_params: list[ctypes.c_void_p] = []
         self._params_lock = threading.Lock()
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
+        self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
         # Host threads nvJPEG may use to parse a batch (the probe's 18.6k img/s used one per core).
         self.threads = int(os.environ.get("STOKER_NVJPEG_THREADS", "0")) or os.cpu_count() or 4
@@ -258,6 +259,10 @@ class HardwareDecoder:
             else:
                 ph = pw = 8
             if self._pad_out is None or self._pad_out.size < pad * 192:
+                # Calls staged or running may still write into the old scratch (on their own
+                # streams, not the one it was allocated on): it is kept, never handed back.
+                if self._pad_out is not None:
+                    self._pad_retired.append(self._pad_out)
                 with self.cp.cuda.Device(self.device_id):
                     self._pad_out = self.cp.empty(max(pad, fixed_batch) * 192, dtype=self.cp.uint8)
             datas += [filler] * pad
@@ -285,7 +290,9 @@ class HardwareDecoder:
     def run(self, call: StagedCall, dst_ptrs, stream) -> None:
         """Make a staged call, its ``i``-th image written to the device memory at ``dst_ptrs[i]``
         (rows of ``w * 3`` bytes), in stream order on ``stream``. Raises NvjpegUnavailable when
-        nvJPEG refuses the batch (the caller decodes those images another way)."""
+        nvJPEG refuses the batch (the caller decodes those images another way). The decoder's GPU
+        stays the calling thread's current device afterwards (switching back could create a
+        context on another GPU): call from a thread that works on that GPU."""
         try:
             if call.n == 0:
                 return

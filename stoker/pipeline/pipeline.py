@@ -84,6 +84,7 @@ class Pipeline:
         self._outputs: list[DataNode] | None = None
         self._recorded: list = []
         self._graph: Graph | None = None
+        self._instances_closed = False  # close() has closed the graph's operators
         self._executor: Executor | None = None
         self._built = False
         self._first_iter = True
@@ -211,6 +212,7 @@ class Pipeline:
             self._iteration = int(self._checkpoint.get("iteration", 0))
             self._last_state = self._checkpoint
         self._graph = graph
+        self._instances_closed = False
         self._executor = Executor(graph, batch_size=self._batch_size, num_threads=self._num_threads,
                                   cpu_queue=self._cpu_queue, gpu_queue=self._gpu_queue,
                                   asynchronous=self._exec_async, gpu_context=self._gpu,
@@ -418,7 +420,8 @@ class Pipeline:
             with self._executor._lock:
                 self._closed_errors = (list(self._executor.error_reports), self._executor.error_count)
             self._executor = None
-        if self._graph is not None:
+        if self._graph is not None and not self._instances_closed:
+            self._instances_closed = True
             for inst in self._graph.instances.values():
                 if hasattr(inst, "close"):
                     inst.close()
@@ -431,8 +434,9 @@ class Pipeline:
         # stage thread blocked on that lock). So the closing, which joins threads, runs on a
         # thread of its own.
         # At interpreter exit no new thread can start: close here (other threads are stopped).
-        if getattr(self, "_executor", None) is None and getattr(self, "_graph", None) is None:
-            return
+        if getattr(self, "_executor", None) is None and (getattr(self, "_graph", None) is None
+                                                         or getattr(self, "_instances_closed", True)):
+            return  # never built, or closed already
         if sys.is_finalizing():
             self._close_quietly()
             return

@@ -135,3 +135,31 @@ def test_dropping_a_busy_pipeline_does_not_wait_for_its_threads():
     assert time.monotonic() - t0 < 2.0
     gate.set()
     assert _settled_threads(baseline) == baseline
+
+
+def test_collecting_a_closed_pipeline_closes_nothing_again(dataset, monkeypatch):
+    """close() once, then garbage collection: the operators are not closed a second time (and no
+    closing thread starts for it)."""
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=0, on_error="skip")
+    def p():
+        jpegs, _ = fn.readers.file(file_root=dataset)
+        return fn.decoders.image(jpegs)
+
+    pipe = p()
+    pipe.build()
+    pipe.run()
+    closes = []
+    for inst in pipe._graph.instances.values():
+        if hasattr(inst, "close"):
+            original = inst.close
+            monkeypatch.setattr(inst, "close", lambda original=original: (closes.append(1), original())[1])
+    pipe.close()
+    closed_once = len(closes)
+    started = threading.Thread.start
+    spawned = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (spawned.append(self.name), started(self))[1])
+    del pipe
+    gc.collect()
+    assert closed_once > 0 and len(closes) == closed_once
+    assert "stoker-close" not in spawned
