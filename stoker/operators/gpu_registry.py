@@ -34,6 +34,7 @@ GPU_MODULES = (
 PENDING_GPU_MODULES = (
     "stoker.operators.color.gpu_color",
     "stoker.operators.math.gpu_arithmetic",
+    "stoker.operators.image.gpu_random_resized_crop",
 )
 
 # Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU
