@@ -35,6 +35,7 @@ PENDING_GPU_MODULES = (
     "stoker.operators.color.gpu_color",
     "stoker.operators.math.gpu_arithmetic",
     "stoker.operators.image.gpu_random_resized_crop",
+    "stoker.operators.image.gpu_warp",
 )
 
 # Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU

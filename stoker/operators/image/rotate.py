@@ -91,27 +91,31 @@ class Rotate(LayoutAware):
             raise arg_error("rotate", "keep_size", "cannot be combined with size")
         self.dtype = self.args["dtype"] if self.args["dtype"] is not None else self.args["output_dtype"]
 
-    def run_sample(self, inputs, args, ctx):
-        img = inputs[0]
-        layout = self.layout_of(args)
-        if img.ndim not in (2, 3) or (layout and layout not in ("HWC", "HW")):
-            raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {layout!r}")
+    def geometry(self, args: dict, h: int, w: int) -> tuple[float, tuple[int, int]]:
+        """(angle in degrees, output (H, W)) of one ``h`` x ``w`` sample with arguments ``args``
+        (shared with the GPU rotate)."""
         angle = args.get("angle")
         if angle is None:
             raise self.error("argument 'angle' is required")
         angle = float(angle)
         if not np.isfinite(angle):
             raise self.error(f"argument 'angle' must be a finite number of degrees, got {angle}")
-        h, w = img.shape[:2]
         if args.get("size") is not None:
             size = [int(round(float(v))) for v in np.asarray(args["size"]).reshape(-1)]
             if not size or min(size) < 0:
                 raise self.error(f"argument 'size' must hold non-negative extents (H, W), got {size}")
-            out_hw = (size[0], size[-1])
-        elif self.args["keep_size"]:
-            out_hw = (h, w)
-        else:
-            out_hw = rotated_size(h, w, angle)
+            return angle, (size[0], size[-1])
+        if self.args["keep_size"]:
+            return angle, (h, w)
+        return angle, rotated_size(h, w, angle)
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        layout = self.layout_of(args)
+        if img.ndim not in (2, 3) or (layout and layout not in ("HWC", "HW")):
+            raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {layout!r}")
+        h, w = img.shape[:2]
+        angle, out_hw = self.geometry(args, h, w)
         m = rotation_matrix(angle, (h, w), out_hw)
         fill = self.args["fill_value"]
         border = cv2.BORDER_REPLICATE if fill is None else cv2.BORDER_CONSTANT

@@ -59,22 +59,27 @@ class WarpAffine(LayoutAware):
             raise arg_error("warp_affine", "matrix", f"needs 6 values (2x3), got {len(a['matrix'])}")
         self.dtype = a["dtype"] if a["dtype"] is not None else a["output_dtype"]
 
-    def run_sample(self, inputs, args, ctx):
-        img = inputs[0]
-        if img.ndim not in (2, 3):
-            raise ValueError(f"warp_affine: expects HW or HWC images, got shape {img.shape}")
-        m = inputs[1] if len(inputs) > 1 else args.get("matrix")
+    def geometry(self, args: dict, matrix, in_hw) -> tuple[np.ndarray, int, int]:
+        """(2x3 matrix as given, output H, output W) of one sample: ``matrix`` is the second input's
+        sample or None (then the ``matrix`` argument); shared with the GPU warp."""
+        m = matrix if matrix is not None else args.get("matrix")
         if m is None:
             raise ValueError("warp_affine: argument 'matrix' is required (or a matrix as the second input)")
         m = np.asarray(m, np.float64).reshape(-1)
         if m.size not in (6, 9):
             raise ValueError(f"warp_affine: argument 'matrix' needs 6 values (2x3), got {m.size}")
-        m = m[:6].reshape(2, 3)
         size = args.get("size")
         if size is not None and np.asarray(size).size:
             out_h, out_w = (int(v) for v in np.asarray(size, np.float64).reshape(-1)[:2])
         else:
-            out_h, out_w = img.shape[:2]
+            out_h, out_w = in_hw
+        return m[:6].reshape(2, 3), out_h, out_w
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        if img.ndim not in (2, 3):
+            raise ValueError(f"warp_affine: expects HW or HWC images, got shape {img.shape}")
+        m, out_h, out_w = self.geometry(args, inputs[1] if len(inputs) > 1 else None, img.shape[:2])
         fill = self.args["fill_value"]
         if self.args["interp_type"] == types.INTERP_NN:
             out = nearest_warp(img, inverse_matrix(m, self.args["inverse_map"]), out_h, out_w, fill)
