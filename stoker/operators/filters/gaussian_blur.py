@@ -76,6 +76,20 @@ class GaussianBlur(LayoutAware):
         if np.all(s == 0) and np.all(w == 0):
             fail("sigma", "must be positive when window_size is 0 (give sigma, window_size or both)")
 
+    def kernels(self, args: dict, n_spatial: int) -> list[np.ndarray]:
+        """One float32 1-D kernel per spatial axis (outermost first) for a sample with arguments
+        ``args`` (checked); shared with the GPU blur."""
+        if args is not self.args:
+            self._check(args.get("sigma"), args.get("window_size"))
+        sigmas = per_axis(self, args.get("sigma"), n_spatial, "sigma")
+        windows = per_axis(self, args.get("window_size"), n_spatial, "window_size")
+        kernels = []
+        for s, w in zip(sigmas, windows):
+            if s == 0 and w == 0:
+                raise self.error("argument 'sigma' or 'window_size' must be non-zero for every axis")
+            kernels.append(gaussian_kernel(*kernel_params(s, int(w))))
+        return kernels
+
     def run_sample(self, inputs, args, ctx):
         img = np.asarray(inputs[0])
         if img.dtype.kind not in "iuf":
@@ -83,14 +97,6 @@ class GaussianBlur(LayoutAware):
         spatial, channel = spatial_layout(self.layout_of(args), img.ndim)
         if not spatial:
             raise self.error(f"has no spatial axes to blur in a sample of shape {img.shape}")
-        if args is not self.args:
-            self._check(args.get("sigma"), args.get("window_size"))
-        sigmas = per_axis(self, args.get("sigma"), len(spatial), "sigma")
-        windows = per_axis(self, args.get("window_size"), len(spatial), "window_size")
-        kernels = []
-        for s, w in zip(sigmas, windows):
-            if s == 0 and w == 0:
-                raise self.error("argument 'sigma' or 'window_size' must be non-zero for every axis")
-            kernels.append(gaussian_kernel(*kernel_params(s, int(w))))
+        kernels = self.kernels(args, len(spatial))
         out = separable_filter(as_filter_input(img), spatial, channel, kernels)
         return to_dtype(out, np.dtype(self.args.get("dtype") or img.dtype))
