@@ -180,16 +180,23 @@ class HardwareDecoder:
 
     backend = _BACKEND_HARDWARE
 
-    def __init__(self, device_id: int):
+    def __init__(self, device_id: int, share_handle: HardwareDecoder | None = None):
+        """``share_handle``: another decoder of the same backend and GPU whose nvJPEG handle this
+        one uses (with a state of its own, which is what nvJPEG asks of threads decoding at once);
+        that decoder must be closed after this one."""
         self.releasing, self.holding = _load()
         from stoker.backend.cuda import _cupy
 
         self.cp = _cupy()
         self.device_id = device_id
+        self._owns_handle = share_handle is None
         with self.cp.cuda.Device(device_id):
-            self.handle = ctypes.c_void_p()
-            _check(self.holding.nvjpegCreateEx(self.backend, None, None, 0, ctypes.byref(self.handle)),
-                   f"nvjpegCreateEx(backend {self.backend})")
+            if share_handle is not None:
+                self.handle = share_handle.handle
+            else:
+                self.handle = ctypes.c_void_p()
+                _check(self.holding.nvjpegCreateEx(self.backend, None, None, 0, ctypes.byref(self.handle)),
+                       f"nvjpegCreateEx(backend {self.backend})")
             self.state = ctypes.c_void_p()
             _check(self.holding.nvjpegJpegStateCreate(self.handle, ctypes.byref(self.state)), "nvjpegJpegStateCreate")
         # Sets of per-image decode parameters (ROI): one per staged call not yet run.
@@ -333,7 +340,8 @@ class HardwareDecoder:
             self.holding.nvjpegJpegStateDestroy(self.state)
             self.state = None
         if getattr(self, "handle", None):
-            self.holding.nvjpegDestroy(self.handle)
+            if self._owns_handle:
+                self.holding.nvjpegDestroy(self.handle)
             self.handle = None
 
 

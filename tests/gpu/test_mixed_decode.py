@@ -174,15 +174,17 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
         assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0
 
 
+@pytest.mark.parametrize("handles", ["own", "shared"])
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, batch_ctx, rng, monkeypatch):
+def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, handles, batch_ctx, rng, monkeypatch):
     """STOKER_NVJPEG_LANES=3: the engines' share of one batch goes to three decoders called at once,
-    each on its own stream; the images equal one decoder's bit for bit, progressive files
-    included (they go to the CPU either way)."""
+    each on its own stream (with nvJPEG handles of their own or one shared handle); the images
+    equal one decoder's bit for bit, progressive files included (they go to the CPU either way)."""
     imgs = _smooth_images(rng, 11)
     enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
     got_one, _ = _run(_hw_op(), kind, enc, batch_ctx)
     monkeypatch.setenv("STOKER_NVJPEG_LANES", "3")
+    monkeypatch.setenv("STOKER_NVJPEG_LANE_HANDLES", handles)
     op = _hw_op()
     assert len(op._mixed_state.lanes) == 3
     for _ in range(2):  # a second batch reuses the lanes' decoders and streams

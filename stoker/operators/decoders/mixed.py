@@ -195,9 +195,13 @@ class _State:
                 with cp.cuda.Device(self.device_id):
                     self.lanes = [(self.hw, None if lanes == 1 else cp.cuda.Stream(non_blocking=True),
                                    threading.Lock())]
+                    # STOKER_NVJPEG_LANE_HANDLES=shared: the lanes share the first decoder's nvJPEG
+                    # handle, each with its own state (the other way to meet nvJPEG's rules for
+                    # threads; to try against the hang above).
+                    shared = self.hw if os.environ.get("STOKER_NVJPEG_LANE_HANDLES", "own") == "shared" else None
                     for _ in range(lanes - 1):
-                        self.lanes.append((HardwareDecoder(self.device_id), cp.cuda.Stream(non_blocking=True),
-                                           threading.Lock()))
+                        self.lanes.append((HardwareDecoder(self.device_id, share_handle=shared),
+                                           cp.cuda.Stream(non_blocking=True), threading.Lock()))
             except (NvjpegUnavailable, OSError) as e:
                 self.hw_problem = str(e)
         return self.hw
@@ -242,7 +246,7 @@ class _State:
         if self.hybrid_lane is not None:
             self.hybrid_lane[0].close()
             self.hybrid_lane = None
-        for decoder, _, _ in self.lanes:
+        for decoder, _, _ in reversed(self.lanes):  # the first lane's handle may be shared: last
             decoder.close()
         self.lanes = []
         self.hw = None
