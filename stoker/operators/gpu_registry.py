@@ -37,6 +37,7 @@ PENDING_GPU_MODULES = (
     "stoker.operators.image.gpu_random_resized_crop",
     "stoker.operators.image.gpu_warp",
     "stoker.operators.filters.gpu_gaussian_blur",
+    "stoker.operators.tensor.gpu_transpose",
 )
 
 # Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU
