@@ -184,6 +184,21 @@ def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarra
     return np.full(n, a[0] if a.size else default, np.float64)
 
 
+def contiguous_samples(x):
+    """``x`` (a TensorListGPU) with every sample contiguous: batches in one buffer already are,
+    list-backed ones may hold strided views, which are copied."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    if x.flat_parts() is not None:
+        return x
+    samples = x.samples()
+    if all(s.flags.c_contiguous for s in samples):
+        return x
+    cp = cuda._cupy()
+    return TensorListGPU([cp.ascontiguousarray(s) for s in samples], x.layout(), x.source_info())
+
+
 def flat_offsets(sizes) -> np.ndarray:
     """Start of each of ``sizes`` when they are laid back to back (int64)."""
     sizes = np.asarray(sizes, np.int64).reshape(-1)

@@ -2,14 +2,12 @@
 expressions on the same batches give the same types and values, over whole buffers (inputs laid
 out alike) and per sample (inputs that broadcast against each other)."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
 import stoker.math as smath
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -18,8 +16,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True, scope="module")
 def _arithmetic_kernels():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    importlib.import_module("stoker.operators.math.gpu_arithmetic")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.math.gpu_arithmetic")
 
 
 EXPRESSIONS = {
@@ -39,20 +36,7 @@ FLOAT_RESULTS = {"fdiv_float", "add_float", "sqrt", "per_channel"}
 
 
 def _run(expr, xs, ys, gpu):
-    @pipeline_def(batch_size=len(xs), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[xs], cycle=True, layout="HWC")
-        y = fn.external_source(source=[ys], cycle=True, layout="HWC")
-        if gpu:
-            x, y = x.gpu(), y.gpu()
-        return EXPRESSIONS[expr](x, y)
-
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    got = [np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()]
-    p.close()
-    return got
+    return run_pipeline(EXPRESSIONS[expr], [xs, ys], gpu)[0][0]
 
 
 @pytest.mark.parametrize("expr", sorted(EXPRESSIONS))

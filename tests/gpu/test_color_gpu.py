@@ -4,14 +4,12 @@ The brightness/contrast kernels keep the CPU's float32 order of operations, so t
 exactly; the matrix operators (hsv, hue, saturation, color_twist) may differ by one level where
 the CPU's summation order moves a rounding tie."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -21,8 +19,8 @@ pytestmark = pytest.mark.gpu
 def _colour_kernels():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says
     (only where these tests run: elsewhere the operators keep their CPU-only placement)."""
-    importlib.import_module("stoker.operators.color.gpu_color")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.color.gpu_color")
+
 
 N = 6
 RANGES = {"hue": (-180.0, 180.0), "saturation": (0.0, 2.0), "value": (0.5, 1.5), "brightness": (0.5, 1.5),
@@ -35,22 +33,13 @@ EXACT = {"brightness", "contrast", "brightness_contrast"}
 
 
 def _run(name, images, arg_values, device, dtype, layout="HWC"):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout=layout)
+    def build(x):
         args = {k: fn.external_source(source=[[np.float32(v) for v in vals]], cycle=True)
                 for k, vals in arg_values.items()}
-        if device == "gpu":
-            x = x.gpu()
         kw = {} if dtype is None else {"dtype": dtype}
         return getattr(fn, name)(x, device=device, **kw, **args)
 
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    result = [np.asarray(a) for a in (out.as_cpu() if device == "gpu" else out).samples()]
-    p.close()
-    return result
+    return run_pipeline(build, [images], device == "gpu", layout)[0][0]
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

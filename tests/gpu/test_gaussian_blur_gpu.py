@@ -2,14 +2,12 @@
 per-sample sigmas and windows, uint8 and float32 in, the input's type or FLOAT out; uint8 within
 one level (summation order moves rounding ties), float within float32 rounding."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -18,22 +16,11 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True, scope="module")
 def _blur_kernels():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    importlib.import_module("stoker.operators.filters.gpu_gaussian_blur")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.filters.gpu_gaussian_blur")
 
 
 def _run(images, build, gpu, layout="HWC"):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout=layout)
-        return build(x.gpu() if gpu else x)
-
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    got = [np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()]
-    p.close()
-    return got
+    return run_pipeline(build, [images], gpu, layout)[0][0]
 
 
 @pytest.mark.parametrize("in_type,dtype", [("u8", None), ("u8", types.FLOAT), ("f32", None)])

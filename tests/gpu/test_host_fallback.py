@@ -6,10 +6,10 @@ import logging
 
 import numpy as np
 import pytest
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -34,17 +34,7 @@ CASES = {
 
 
 def _run(build, images, gpu):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout="HWC")
-        return build(x.gpu() if gpu else x)
-
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    got = [np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()]
-    p.close()
-    return got
+    return run_pipeline(build, [images], gpu)[0][0]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -2,13 +2,11 @@
 operator: the same seed gives the same windows, and the resampled pixels agree within one level
 (the GPU resize kernel's tolerance against the CPU resampler)."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -17,24 +15,14 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True, scope="module")
 def _rrc_kernel():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    importlib.import_module("stoker.operators.image.gpu_random_resized_crop")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.image.gpu_random_resized_crop")
 
 
 def _run(images, gpu, iterations=2, **kw):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=11)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout="HWC")
-        return fn.random_resized_crop(x.gpu() if gpu else x, **kw)
-
-    p = pipe()
-    p.build()
-    outs = []
-    for _ in range(iterations):  # a second iteration draws new windows, on both devices alike
-        (out,) = p.run()
-        outs.append([np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()])
-    p.close()
-    return outs
+    # a second iteration draws new windows, on both devices alike
+    results = run_pipeline(lambda x: fn.random_resized_crop(x, **kw), [images], gpu, iterations=iterations,
+                           seed=11)
+    return [samples for samples, _ in results]
 
 
 @pytest.mark.parametrize("size", [(32, 48), (96, 96)])

@@ -1,13 +1,11 @@
 """GPU transpose (stoker/operators/tensor/gpu_transpose.py) against the CPU operator: the same
 arrays and layouts, for a batch of one shape (permuted as one array) and of varied shapes."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -16,23 +14,11 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True, scope="module")
 def _transpose_kernel():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    importlib.import_module("stoker.operators.tensor.gpu_transpose")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.tensor.gpu_transpose")
 
 
 def _run(images, gpu, perm):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout="HWC")
-        return fn.transpose(x.gpu() if gpu else x, perm=perm)
-
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    layout = out.layout()
-    got = [np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()]
-    p.close()
-    return got, layout
+    return run_pipeline(lambda x: fn.transpose(x, perm=perm), [images], gpu)[0]
 
 
 @pytest.mark.parametrize("same_size", [True, False])

@@ -2,14 +2,12 @@
 the same output sizes; nearest-neighbour pixels equal; bilinear within a few levels (OpenCV
 quantizes source positions to 1/32 pixel, the kernel does not)."""
 
-import importlib
-
 import numpy as np
 import pytest
+from gpu_pipelines import load_pending, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
-from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
@@ -18,22 +16,11 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True, scope="module")
 def _warp_kernels():
     """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    importlib.import_module("stoker.operators.image.gpu_warp")
-    gpu_registry.load_gpu_impls()
+    load_pending("stoker.operators.image.gpu_warp")
 
 
 def _run(images, build, gpu):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=0, seed=1)
-    def pipe():
-        x = fn.external_source(source=[images], cycle=True, layout="HWC")
-        return build(x.gpu() if gpu else x)
-
-    p = pipe()
-    p.build()
-    (out,) = p.run()
-    got = [np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()]
-    p.close()
-    return got
+    return run_pipeline(build, [images], gpu)[0][0]
 
 
 def _compare(name, images, build, nearest):

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import flat_offsets, grid_for, host_fallback, register_gpu, upload_table
-from stoker.operators.image.gpu_warp import _contiguous
+from stoker.operators.gpu_registry import (
+    contiguous_samples,
+    flat_offsets,
+    grid_for,
+    host_fallback,
+    register_gpu,
+    upload_table,
+)
 
 _SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32"}
 
@@ -31,7 +37,7 @@ def gpu_gaussian_blur(op, batch, inputs, arg_inputs):
     if in_type not in _SUFFIX or out_type not in _SUFFIX or channels > 4:
         return host_fallback(op, batch, inputs, arg_inputs)
     cp = cuda._cupy()
-    x = _contiguous(x)
+    x = contiguous_samples(x)
     n = len(x)
     ptrs, row, shapes = x.geometry()
     kernels = [op.kernels(op.sample_args(arg_inputs, i), 2) for i in range(n)]  # (y kernel, x kernel)

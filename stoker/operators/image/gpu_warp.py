@@ -12,27 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 from stoker import types
-from stoker.operators.gpu_registry import flat_offsets, grid_for, host_fallback, register_gpu, upload_table
+from stoker.operators.gpu_registry import (
+    contiguous_samples,
+    flat_offsets,
+    grid_for,
+    host_fallback,
+    register_gpu,
+    upload_table,
+)
 from stoker.operators.image.geometry import rotation_matrix
 from stoker.operators.image.rotate import _half_centre_matrix
 from stoker.operators.image.slice import c_cast_array
 from stoker.operators.image.warp_affine import inverse_matrix, opencv_matrix
 
 _KERNELS = {np.dtype(np.uint8): "warp_u8", np.dtype(np.float32): "warp_f32"}
-
-
-def _contiguous(x):
-    """``x`` with every sample contiguous (list-backed batches may hold strided views)."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    if x.flat_parts() is not None:
-        return x
-    samples = x.samples()
-    if all(s.flags.c_contiguous for s in samples):
-        return x
-    cp = cuda._cupy()
-    return TensorListGPU([cp.ascontiguousarray(s) for s in samples], x.layout(), x.source_info())
 
 
 def _kernel_takes(op, x) -> bool:
@@ -52,7 +45,7 @@ def warp_batch(x, matrices: np.ndarray, out_hw: np.ndarray, nearest: bool, fill,
     from stoker.tensors_gpu import TensorListGPU
 
     cp = cuda._cupy()
-    x = _contiguous(x)
+    x = contiguous_samples(x)
     n = len(x)
     ptrs, row, shapes = x.geometry()
     channels = int(shapes[0, 2]) if shapes.shape[1] > 2 else 1

@@ -1,0 +1,36 @@
+"""Helpers of the GPU operator tests: a small pipeline run on either device, and loading a GPU
+module that is still pending (written without a GPU at hand)."""
+
+import importlib
+
+import numpy as np
+
+import stoker.fn as fn
+from stoker import pipeline_def
+from stoker.operators import gpu_registry
+
+
+def load_pending(module: str) -> None:
+    """Load a pending GPU module whatever STOKER_GPU_PENDING says."""
+    importlib.import_module(module)
+    gpu_registry.load_gpu_impls()
+
+
+def run_pipeline(build, sources, gpu: bool, layout: str = "HWC", iterations: int = 1, seed: int = 1):
+    """Per iteration, (output samples as host arrays, output layout) of ``build(*nodes)``: one
+    external source per batch in ``sources`` (the same batch every iteration), moved to the GPU
+    when ``gpu``."""
+
+    @pipeline_def(batch_size=len(sources[0]), num_threads=1, device_id=0, seed=seed)
+    def pipe():
+        xs = [fn.external_source(source=[s], cycle=True, layout=layout) for s in sources]
+        return build(*([x.gpu() for x in xs] if gpu else xs))
+
+    p = pipe()
+    p.build()
+    results = []
+    for _ in range(iterations):
+        (out,) = p.run()
+        results.append(([np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()], out.layout()))
+    p.close()
+    return results
