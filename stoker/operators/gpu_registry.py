@@ -184,6 +184,24 @@ def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarra
     return np.full(n, a[0] if a.size else default, np.float64)
 
 
+def per_sample(op, batch, n: int, compute) -> list:
+    """``[compute(i) for i in range(n)]`` for a GPU implementation's host-side tables (arguments,
+    windows, matrices). A failure is raised as the CPU path raises it: an OperatorError naming the
+    operator and the sample's source."""
+    from stoker.errors import OperatorError
+    from stoker.operators.base import SAMPLE_ERRORS
+
+    out = []
+    for i in range(n):
+        try:
+            out.append(compute(i))
+        except OperatorError:
+            raise
+        except SAMPLE_ERRORS as e:
+            raise op.sample_failure(e, batch, i) from e
+    return out
+
+
 def contiguous_samples(x):
     """``x`` (a TensorListGPU) with every sample contiguous: batches in one buffer already are,
     list-backed ones may hold strided views, which are copied."""

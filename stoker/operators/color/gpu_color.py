@@ -15,7 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from stoker.operators.color._common import half_range, scalar, type_range
-from stoker.operators.gpu_registry import flat_offsets, grid_for, host_fallback, register_gpu, upload_table
+from stoker.operators.gpu_registry import (
+    flat_offsets,
+    grid_for,
+    host_fallback,
+    per_sample,
+    register_gpu,
+    upload_table,
+)
 
 _SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32"}
 
@@ -74,8 +81,8 @@ def gpu_linear_color(op, batch, inputs, arg_inputs):
     if not (_takes(x, out_type) and channel_last and all(len(s) >= 2 and s[-1] == 3 for s in shapes)):
         return host_fallback(op, batch, inputs, arg_inputs)
     ftab = np.zeros((len(x), 12), np.float32)
-    for i in range(len(x)):
-        matrix, offset = op.affine(op.sample_args(arg_inputs, i), in_type)
+    for i, (matrix, offset) in enumerate(per_sample(op, batch, len(x),
+                                                    lambda i: op.affine(op.sample_args(arg_inputs, i), in_type))):
         ftab[i, :9] = np.asarray(matrix, np.float64).reshape(9)
         ftab[i, 9:] = np.asarray(offset, np.float64).reshape(3)
     return [_map_batch("matrix", x, out_type, ftab, batch)]
@@ -90,14 +97,16 @@ def gpu_brightness_contrast(op, batch, inputs, arg_inputs):
     out_type = _out_type(op, in_type)
     if not _takes(x, out_type):
         return host_fallback(op, batch, inputs, arg_inputs)
-    ftab = np.zeros((len(x), 12), np.float32)
     add_unit = type_range(out_type)
-    for i in range(len(x)):
+
+    def constants(i):  # the CPU operator's float32 constants: brightness, contrast, centre, shift * range
         args = op.sample_args(arg_inputs, i)
-        # the CPU operator's float32 constants: brightness, contrast, centre, shift * range
-        ftab[i, :4] = (np.float32(scalar(op, args, "brightness", 1.0)), np.float32(scalar(op, args, "contrast", 1.0)),
-                       np.float32(scalar(op, args, "contrast_center", half_range(in_type))),
-                       np.float32(scalar(op, args, "brightness_shift", 0.0) * add_unit))
+        return (np.float32(scalar(op, args, "brightness", 1.0)), np.float32(scalar(op, args, "contrast", 1.0)),
+                np.float32(scalar(op, args, "contrast_center", half_range(in_type))),
+                np.float32(scalar(op, args, "brightness_shift", 0.0) * add_unit))
+
+    ftab = np.zeros((len(x), 12), np.float32)
+    ftab[:, :4] = per_sample(op, batch, len(x), constants)
     return [_map_batch("scalar", x, out_type, ftab, batch)]
 
 

@@ -130,6 +130,10 @@ class _State:
         # train 11.3-11.8k -> 14.9-16.0k img/s with 2 helpers, 16.8k with 4; val 10.9k -> 14.4k.
         self.procs = None
         self.procs_count = env_count("STOKER_CPU_DECODE_PROCESSES", 4)
+        nice = os.environ.get("STOKER_CPU_DECODE_NICE", "0").strip() or "0"  # read by the helpers
+        if not nice.lstrip("-").isdigit():
+            raise ValueError(f"STOKER_CPU_DECODE_NICE must be an integer (niceness of the decode helpers), "
+                             f"not {nice!r}")
         self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
 
     def balance_share(self, engines_wait: float, helpers_wait: float) -> None:
@@ -198,7 +202,10 @@ class _State:
                     # STOKER_NVJPEG_LANE_HANDLES=shared: the lanes share the first decoder's nvJPEG
                     # handle, each with its own state (the other way to meet nvJPEG's rules for
                     # threads; to try against the hang above).
-                    shared = self.hw if os.environ.get("STOKER_NVJPEG_LANE_HANDLES", "own") == "shared" else None
+                    handles = os.environ.get("STOKER_NVJPEG_LANE_HANDLES", "own").strip().lower()
+                    if handles not in ("own", "shared"):
+                        raise ValueError(f"STOKER_NVJPEG_LANE_HANDLES must be 'own' or 'shared', not {handles!r}")
+                    shared = self.hw if handles == "shared" else None
                     for _ in range(lanes - 1):
                         self.lanes.append((HardwareDecoder(self.device_id, share_handle=shared),
                                            cp.cuda.Stream(non_blocking=True), threading.Lock()))

@@ -14,6 +14,7 @@ from stoker.operators.gpu_registry import (
     flat_offsets,
     grid_for,
     host_fallback,
+    per_sample,
     register_gpu,
     upload_table,
 )
@@ -40,7 +41,7 @@ def gpu_gaussian_blur(op, batch, inputs, arg_inputs):
     x = contiguous_samples(x)
     n = len(x)
     ptrs, row, shapes = x.geometry()
-    kernels = [op.kernels(op.sample_args(arg_inputs, i), 2) for i in range(n)]  # (y kernel, x kernel)
+    kernels = per_sample(op, batch, n, lambda i: op.kernels(op.sample_args(arg_inputs, i), 2))  # (y, x)
     kmax = max(max(len(ky), len(kx)) for ky, kx in kernels)
     taps = np.zeros((n, 2 * kmax), np.float32)
     for i, (ky, kx) in enumerate(kernels):

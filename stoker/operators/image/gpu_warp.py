@@ -17,6 +17,7 @@ from stoker.operators.gpu_registry import (
     flat_offsets,
     grid_for,
     host_fallback,
+    per_sample,
     register_gpu,
     upload_table,
 )
@@ -80,14 +81,16 @@ def gpu_rotate(op, batch, inputs, arg_inputs):
     if not _kernel_takes(op, x):
         return host_fallback(op, batch, inputs, arg_inputs)
     nearest = types.DALIInterpType(int(op.args["interp_type"])) == types.INTERP_NN
-    n = len(x)
-    matrices, out_hw = np.zeros((n, 6)), np.zeros((n, 2), np.int64)
-    for i, shape in enumerate(x.shape()):
-        h, w = shape[0], shape[1]
+    shapes = x.shape()
+
+    def plan(i):
+        h, w = shapes[i][0], shapes[i][1]
         angle, size = op.geometry(op.sample_args(arg_inputs, i), h, w)
         m = _half_centre_matrix(angle, (h, w), size)[:2] if nearest else rotation_matrix(angle, (h, w), size)
-        matrices[i], out_hw[i] = np.asarray(m, np.float64).reshape(6), size
-    return [warp_batch(x, matrices, out_hw, nearest, op.args["fill_value"], batch)]
+        return np.asarray(m, np.float64).reshape(6), size
+
+    matrices, out_hw = zip(*per_sample(op, batch, len(x), plan))
+    return [warp_batch(x, np.asarray(matrices), np.asarray(out_hw), nearest, op.args["fill_value"], batch)]
 
 
 @register_gpu("warp_affine")
@@ -99,10 +102,12 @@ def gpu_warp_affine(op, batch, inputs, arg_inputs):
         return host_fallback(op, batch, inputs, arg_inputs)
     nearest = interp == types.INTERP_NN
     inverse_map = op.args["inverse_map"]
-    n = len(x)
-    matrices, out_hw = np.zeros((n, 6)), np.zeros((n, 2), np.int64)
-    for i, shape in enumerate(x.shape()):
-        m, oh, ow = op.geometry(op.sample_args(arg_inputs, i), None, (shape[0], shape[1]))
+    shapes = x.shape()
+
+    def plan(i):
+        m, oh, ow = op.geometry(op.sample_args(arg_inputs, i), None, (shapes[i][0], shapes[i][1]))
         full = inverse_matrix(m, inverse_map)[:2] if nearest else opencv_matrix(m, inverse_map)
-        matrices[i], out_hw[i] = np.asarray(full, np.float64).reshape(6), (oh, ow)
-    return [warp_batch(x, matrices, out_hw, nearest, op.args["fill_value"], batch)]
+        return np.asarray(full, np.float64).reshape(6), (oh, ow)
+
+    matrices, out_hw = zip(*per_sample(op, batch, len(x), plan))
+    return [warp_batch(x, np.asarray(matrices), np.asarray(out_hw), nearest, op.args["fill_value"], batch)]

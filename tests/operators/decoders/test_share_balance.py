@@ -71,3 +71,14 @@ def test_share_setting_is_checked(monkeypatch, value):
         Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
     with pytest.raises(ValueError, match="STOKER_CPU_DECODE_SHARE"):
         mixed._State(0)
+
+
+@pytest.mark.parametrize("value", ["high", "1.5"])
+def test_helper_niceness_setting_is_checked(monkeypatch, value):
+    monkeypatch.setenv("STOKER_CPU_DECODE_NICE", value)
+    monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
+        Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
+    with pytest.raises(ValueError, match="STOKER_CPU_DECODE_NICE"):
+        mixed._State(0)
+    monkeypatch.setenv("STOKER_CPU_DECODE_NICE", "-2")
+    mixed._State(0)  # an integer is taken
