@@ -6,6 +6,8 @@ from stoker.errors import PipelineBuildError
 from stoker.pipeline.data_node import DataNode, OpNode
 from stoker.random_state import mix_seed
 
+_DEVICE_COPIES = ("_to_gpu", "_to_cpu")  # what .gpu() and .cpu() insert
+
 
 class Graph:
     """Operators reachable from ``outputs`` (plus ``preserve=True`` ones), topologically ordered.
@@ -59,11 +61,15 @@ class Graph:
                                              "argument inputs must come from CPU operators")
 
         # Operator seeds follow creation order, so the same definition gives the same streams.
+        # Copies between devices take no place in that order: moving a pipeline's operators to
+        # the GPU with .gpu() keeps every random operator's stream (and so its results).
         creation = sorted(order, key=lambda n: n.id)
         self.instances = {}
-        for k, node in enumerate(creation):
+        k = 0
+        for node in creation:
             op_seed = node.args.get("seed")
             op_seed = mix_seed(seed, k) if op_seed is None or op_seed < 0 else mix_seed(op_seed, 0x0505)
+            k += node.op_name not in _DEVICE_COPIES
             cls = node.op_class
             self.instances[node.id] = cls(node.args, node.device, op_seed=op_seed, origin=node.origin,
                                           name=node.args.get("name") or node.op_name)
