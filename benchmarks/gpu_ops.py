@@ -1,6 +1,6 @@
 """GPU operators, kernel against host fallback, side by side on the same batches.
 
-    STOKER_GPU_PENDING=1 python benchmarks/gpu_ops.py [--batch 256] [--size 224,320] [--iters 20]
+    python benchmarks/gpu_ops.py [--batch 256] [--size 224,320] [--iters 20]
         [--ops hsv,brightness_contrast,...]
 
 For each operator, the same pipeline (an external source of ``--batch`` random HWC uint8 images
@@ -8,8 +8,8 @@ of sizes in ``--size``, moved to the GPU, then the operator) runs ``--iters`` it
 warm-up twice: with the operator's GPU kernel, then with the kernel taken out of the registry so
 that the host fallback runs (copy down, the CPU operator, copy up). A pipeline with no operator
 gives the baseline (upload) time, subtracted from both. Prints one JSON line per operator:
-milliseconds per batch for each path and their ratio. Set STOKER_GPU_PENDING=1 to include the
-kernels that still wait for their GPU tests.
+milliseconds per batch for each path and their ratio. Set STOKER_GPU_PENDING=1 to include
+kernels still pending their GPU tests (gpu_registry.PENDING_GPU_MODULES).
 """
 
 from __future__ import annotations

@@ -4,19 +4,13 @@ out alike) and per sample (inputs that broadcast against each other)."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.math as smath
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _arithmetic_kernels():
-    """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    load_pending("stoker.operators.math.gpu_arithmetic")
 
 
 EXPRESSIONS = {

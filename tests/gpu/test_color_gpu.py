@@ -6,20 +6,13 @@ the CPU's summation order moves a rounding tie."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _colour_kernels():
-    """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says
-    (only where these tests run: elsewhere the operators keep their CPU-only placement)."""
-    load_pending("stoker.operators.color.gpu_color")
 
 
 N = 6
@@ -73,7 +66,7 @@ def test_sequences_take_the_host_fallback_with_the_same_result(rng, make_images)
     arg_values = {"hue": rng.uniform(-90, 90, 2), "saturation": rng.uniform(0.5, 1.5, 2)}
     before = gpu_registry.FALLBACKS["hsv"]
     got = _run("hsv", clips, arg_values, "gpu", None, layout="FHWC")
-    assert gpu_registry.FALLBACKS["hsv"] == before + 1
+    assert gpu_registry.FALLBACKS["hsv"] > before
     want = _run("hsv", clips, arg_values, "cpu", None, layout="FHWC")
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -4,19 +4,13 @@ one level (summation order moves rounding ties), float within float32 rounding."
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _blur_kernels():
-    """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    load_pending("stoker.operators.filters.gpu_gaussian_blur")
 
 
 def _run(images, build, gpu, layout="HWC"):

@@ -3,18 +3,12 @@ arrays and layouts, for a batch of one shape (permuted as one array) and of vari
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _transpose_kernel():
-    """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    load_pending("stoker.operators.tensor.gpu_transpose")
 
 
 def _run(images, gpu, perm):

@@ -4,19 +4,13 @@ quantizes source positions to 1/32 pixel, the kernel does not)."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
 from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _warp_kernels():
-    """The module is pending (written without a GPU): load it whatever STOKER_GPU_PENDING says."""
-    load_pending("stoker.operators.image.gpu_warp")
 
 
 def _run(images, build, gpu):

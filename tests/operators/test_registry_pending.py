@@ -6,13 +6,24 @@ import os
 import subprocess
 import sys
 
-_PROBE = ("from stoker.operators import gpu_registry as g; g.load_gpu_impls(); "
-          "from stoker.operators.schema import registered; "
-          "print('hsv' in g._GPU_IMPLS, 'gpu' in registered()['hsv'].schema.devices)")
+# A stand-in pending module: it registers a "GPU implementation" of laplacian (never run here).
+_PENDING_MODULE = '''
+from stoker.operators.gpu_registry import register_gpu
+
+@register_gpu("laplacian")
+def gpu_laplacian(op, batch, inputs, arg_inputs):
+    raise AssertionError("not run")
+'''
+
+_PROBE = ("from stoker.operators import gpu_registry as g; "
+          "g.PENDING_GPU_MODULES = ('stoker_fake_pending',); g.load_gpu_impls(); "
+          "print('laplacian' in g._GPU_IMPLS, 'hsv' in g._GPU_IMPLS)")
 
 
-def _probe(pending: str | None) -> str:
+def _probe(tmp_path, pending: str | None) -> list:
+    (tmp_path / "stoker_fake_pending.py").write_text(_PENDING_MODULE)
     env = {k: v for k, v in os.environ.items() if k != "STOKER_GPU_PENDING"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH")) if p)
     if pending is not None:
         env["STOKER_GPU_PENDING"] = pending
     done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
@@ -20,9 +31,10 @@ def _probe(pending: str | None) -> str:
     return done.stdout.split()
 
 
-def test_pending_gpu_modules_load_only_when_asked():
-    assert _probe(None)[0] == "False"
-    assert _probe("1") == ["True", "True"]
+def test_pending_gpu_modules_load_only_when_asked(tmp_path):
+    # hsv's kernel has passed its GPU tests (GPU_MODULES): loaded either way
+    assert _probe(tmp_path, None) == ["False", "True"]
+    assert _probe(tmp_path, "1") == ["True", "True"]
 
 
 def test_per_sample_tables_raise_like_the_cpu_path():
