@@ -1,13 +1,18 @@
 """Probe: do the hardware JPEG engines or nvJPEG's host side set the decode rate?
 
     python benchmarks/engines_probe.py DATA_DIR [--lanes 1,2,4] [--busy none,gil,spin12,decode12] [--pad 1,0]
+        [--pinned 0,1] [--wait 0,1]
 
 Decodes the benchmark set's engine-eligible JPEGs (random-crop windows, batches
 of 256) through :class:`stoker.backend.nvjpeg.HardwareDecoder`, with each batch
 split over ``L`` decoders called at the same time from ``L`` threads (each its
 own nvJPEG handle, state and stream), padded or not, beside a host load
 (``--busy``: none, a busy Python thread, N spinning processes, N processes
-decoding JPEGs as the pipeline's helpers do). Prints one JSON line per
+decoding JPEGs as the pipeline's helpers do), with the encoded bytes in ordinary
+(pageable) host memory or in pinned memory (``--pinned``; the decoder itself stages a call's
+bytes in pinned memory unless STOKER_NVJPEG_PINNED=0, so compare under that setting), with or
+without a host wait for the lane's stream before each call (``--wait``: what the engines'
+disregard of stream order asks of a caller, see HardwareDecoder.run). Prints one JSON line per
 case: images/s, wall milliseconds per batch, and the CPU milliseconds the
 calling threads spent per batch. Each call is staged (arguments built) on the
 main thread and run on the lane's thread, as in the pipeline.
@@ -88,7 +93,20 @@ def load(root: str, batch: int):
     return datas[:usable], np.asarray(wins[:usable], np.int64)
 
 
-def run_case(cp, datas, wins, batch: int, lanes: int, seconds: float, pad: int) -> dict:
+def pinned_copies(cp, datas: list) -> tuple[list, object]:
+    """``datas`` copied into one pinned host block: (views of it, the block to keep alive)."""
+    total = sum(d.size for d in datas)
+    mem = cp.cuda.alloc_pinned_memory(max(total, 1))
+    block = np.frombuffer(mem, np.uint8, total)
+    views, pos = [], 0
+    for d in datas:
+        views.append(block[pos:pos + d.size])
+        views[-1][:] = d
+        pos += d.size
+    return views, mem
+
+
+def run_case(cp, datas, wins, batch: int, lanes: int, seconds: float, pad: int, wait: bool = False) -> dict:
     from stoker.backend.nvjpeg import HardwareDecoder
 
     decoders = [HardwareDecoder(0) for _ in range(lanes)]
@@ -102,6 +120,8 @@ def run_case(cp, datas, wins, batch: int, lanes: int, seconds: float, pad: int) 
         t = time.thread_time()
         start = lo - lo % batch  # the batch's first image: lanes write to disjoint slots
         offs = np.concatenate([[0], np.cumsum(nbytes[start:hi])[:-1]])[lo - start:]
+        if wait:
+            streams[lane].synchronize()
         decoders[lane].run(call, buf.data.ptr + offs, streams[lane])
         cpu_s[lane] += time.thread_time() - t
 
@@ -146,6 +166,8 @@ def main() -> None:
     ap.add_argument("--busy", default="none,gil,spin12,decode12")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--pad", default="1,0", help="images of padding per call (0: none)")
+    ap.add_argument("--pinned", default="0", help="encoded bytes in pinned host memory: 0, 1 or 0,1")
+    ap.add_argument("--wait", default="0", help="host wait for the stream before each call: 0, 1 or 0,1")
     a = ap.parse_args()
     import cupy as cp
 
@@ -154,16 +176,18 @@ def main() -> None:
 
     shorten_switch_interval()  # as the mixed decoders set it in a pipeline
     datas, wins = load(a.root, a.batch)
+    pinned, _keep = pinned_copies(cp, datas)
     for busy in a.busy.split(","):
         stop = start_load(busy, a.root)
         for lanes in [int(x) for x in a.lanes.split(",")]:
             for pad in [int(p) for p in a.pad.split(",")]:
-                try:
-                    res = run_case(cp, datas, wins, a.batch, lanes, a.seconds, pad)
-                except NvjpegUnavailable as e:
-                    res = {"error": str(e)}
-                print(json.dumps({"lanes": lanes, "padded_by": pad, "host_load": busy, "images": len(datas),
-                                  **res}), flush=True)
+                for pin, wait in [(int(p), int(w)) for p in a.pinned.split(",") for w in a.wait.split(",")]:
+                    try:
+                        res = run_case(cp, pinned if pin else datas, wins, a.batch, lanes, a.seconds, pad, bool(wait))
+                    except NvjpegUnavailable as e:
+                        res = {"error": str(e)}
+                    print(json.dumps({"lanes": lanes, "padded_by": pad, "pinned": bool(pin), "host_wait": bool(wait),
+                                      "host_load": busy, "images": len(datas), **res}), flush=True)
         stop()
 
 

@@ -12,10 +12,8 @@ call per batch.
 The hardware engines take baseline (sequential Huffman) 3-component JPEGs;
 :func:`hardware_eligible` picks those, the rest go to nvImageCodec or the CPU.
 
-Status: opt-in (``STOKER_NVJPEG_HW=1``). In the pipeline on an H100 the call took
-22 ms per batch instead of the probe's 13, the pipeline was no faster, and the
-output differed from the CPU decoders by 6.4 levels on average (chroma), which
-the GPU parity tests refuse; both need a look before it is the default.
+The mixed decoders use it by default on GPUs that have the engines
+(``STOKER_NVJPEG_HW=0`` turns it off); see stoker/operators/decoders/_hardware_path.py.
 """
 
 from __future__ import annotations
@@ -32,6 +30,12 @@ import numpy as np
 _BACKEND_GPU_HYBRID = 2
 _BACKEND_HARDWARE = 3
 _OUTPUT_RGBI = 5
+
+
+# STOKER_NVJPEG_HOST_WAIT=0 drops the host wait before an engines' call (HardwareDecoder.run):
+# only to measure what the wait costs, since without it the engines may overwrite memory that
+# earlier work on the stream still reads.
+_HOST_WAIT = os.environ.get("STOKER_NVJPEG_HOST_WAIT", "1") != "0"
 
 
 class NvjpegUnavailable(RuntimeError):
@@ -161,11 +165,73 @@ def _pad_jpeg() -> np.ndarray | None:
     return _pad[0]
 
 
+def _root_buffer(a: np.ndarray):
+    """The object that owns ``a``'s memory (an array's base chain followed to its end)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
 class StagedCall:
     """The argument arrays of one batched call, built ahead of it by :meth:`HardwareDecoder.stage`
     so that the thread feeding the engines runs almost no Python between calls."""
 
-    __slots__ = ("n", "real", "image_table", "args", "param_set", "keep")
+    __slots__ = ("n", "real", "image_table", "args", "param_set", "keep", "pinned")
+
+
+class PinnedStaging:
+    """Pinned host blocks that a call's encoded bytes are copied into when it is staged.
+
+    Why: from ordinary (pageable) memory nvJPEG's batched call copies the bitstreams itself, on
+    the thread that feeds the engines, which is the decode path's bottleneck. From pinned memory
+    the call took 9.4 ms of CPU per 256 images instead of 11.6-12.0, 23.9k img/s instead of
+    19.2-19.8k (benchmarks/engines_probe.py --pinned, H100, 2026-11-25). The copy happens in
+    :meth:`HardwareDecoder.stage`, on the pipeline's CPU stage. A block is reused once an event
+    recorded after its call has completed (``STOKER_NVJPEG_PINNED=0``: no staging)."""
+
+    _GRAIN = 1 << 22  # block sizes are multiples of 4 MiB
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.lock = threading.Lock()
+        self.free: list = []  # (size, memory)
+        self.busy: list = []  # (event or None while its call has not run, size, memory)
+        self.size = 0  # every new block's size: the largest request so far, rounded up
+        self.allocations = 0  # blocks made (for benchmarks: steady once every block is large)
+
+    def take(self, nbytes: int):
+        """A block of at least ``nbytes``: (size, pinned memory). Blocks are made as large as the
+        largest call so far (pinning memory is slow and stalls the device), and kept: there are
+        only as many as calls staged or running at once."""
+        with self.lock:
+            still = []
+            for ev, size, mem in self.busy:
+                if ev is not None and ev.done:
+                    self.free.append((size, mem))
+                else:
+                    still.append((ev, size, mem))
+            self.busy = still
+            self.size = max(self.size, -(-nbytes // self._GRAIN) * self._GRAIN)
+            self.free = [b for b in self.free if b[0] >= self.size]  # outgrown: back to CuPy's pool
+            if self.free:
+                return self.free.pop()
+            self.allocations += 1
+            size = self.size
+        return size, self.cp.cuda.alloc_pinned_memory(size)
+
+    def in_flight(self, block) -> None:
+        """``block`` is staged for a call that has not run yet."""
+        with self.lock:
+            self.busy.append((None, *block))
+
+    def release(self, block, event) -> None:
+        """``block``'s call has been issued (``event`` recorded after it) or dropped (None)."""
+        with self.lock:
+            self.busy = [b for b in self.busy if b[2] is not block[1]]
+            if event is None:
+                self.free.append(block)
+            else:
+                self.busy.append((event, *block))
 
 
 class HardwareDecoder:
@@ -203,6 +269,7 @@ class HardwareDecoder:
         self._free_params: list[list[ctypes.c_void_p]] = []
         self._all_params: list[ctypes.c_void_p] = []
         self._params_lock = threading.Lock()
+        self._staging = PinnedStaging(self.cp) if os.environ.get("STOKER_NVJPEG_PINNED", "1") != "0" else None
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
@@ -275,10 +342,12 @@ class HardwareDecoder:
             datas += [filler] * pad
             windows = np.concatenate([windows, np.tile([0, 0, ph, pw], (pad, 1))])
         call = StagedCall()
-        call.n, call.real, call.keep = n, real, datas
+        call.n, call.real, call.keep, call.pinned = n, real, datas, None
         # The argument arrays are NumPy arrays seen through ctypes (no per-image ctypes assignment).
-        data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
         sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
+        data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
+        if self._staging is not None and n:
+            data_ptrs = self._stage_bytes(call, datas, data_ptrs, sizes)
         call.image_table = np.zeros((n, 8), np.uint64)  # nvjpegImage_t: channel[4], pitch[4]
         call.image_table[:, 4] = windows[:, 3] * 3
         if pad:  # the padding's pixels land in scratch, 192 bytes apart
@@ -294,26 +363,72 @@ class HardwareDecoder:
                      (_Image * n).from_buffer(call.image_table), (ctypes.c_void_p * n).from_buffer(param_ptrs))
         return call
 
-    def run(self, call: StagedCall, dst_ptrs, stream) -> None:
+    def _stage_bytes(self, call: StagedCall, datas: list, ptrs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Copy the call's bitstreams into a pinned block; returns their pointers there.
+
+        Samples that are views of one buffer (a reader's batch: one shared mapping) are copied as
+        the one span that covers them, in a single GIL-free ``memmove``: copying them one by one
+        gave the GIL up and back per sample, and the training pipeline lost 10 % (H100,
+        2026-11-25)."""
+        groups: dict = {}
+        for i, d in enumerate(datas):
+            groups.setdefault(id(_root_buffer(d)), []).append(i)
+        spans = []  # (source start, length, sample indices)
+        for idx in groups.values():
+            idx = np.asarray(idx)
+            lo, hi = int(ptrs[idx].min()), int((ptrs[idx] + sizes[idx]).max())
+            if hi - lo <= 2 * int(sizes[idx].sum()) + (1 << 16):  # close together: one copy
+                spans.append((lo, hi - lo, idx))
+            else:
+                spans += [(int(ptrs[i]), int(sizes[i]), idx[k:k + 1]) for k, i in enumerate(idx)]
+        call.pinned = self._staging.take(sum(length for _, length, _ in spans))
+        self._staging.in_flight(call.pinned)
+        dst = ctypes.addressof(ctypes.c_char.from_buffer(call.pinned[1]))
+        out = np.empty_like(ptrs)
+        pos = 0
+        for lo, length, idx in spans:
+            ctypes.memmove(dst + pos, lo, length)
+            out[idx] = dst + pos + (ptrs[idx] - lo)
+            pos += length
+        call.keep = None
+        return out
+
+    def run(self, call: StagedCall, dst_ptrs, stream, ready=None) -> None:
         """Make a staged call, its ``i``-th image written to the device memory at ``dst_ptrs[i]``
         (rows of ``w * 3`` bytes), in stream order on ``stream``. Raises NvjpegUnavailable when
         nvJPEG refuses the batch (the caller decodes those images another way). The decoder's GPU
         stays the calling thread's current device afterwards (switching back could create a
-        context on another GPU): call from a thread that works on that GPU."""
+        context on another GPU): call from a thread that works on that GPU.
+
+        The hardware engines write their output when the call is made, whatever is still queued
+        on ``stream`` (nvJPEG's hardware backend disregards stream order for its writes:
+        tests/gpu/test_nvjpeg_order.py; torchcodec's pull request 1634 found the same). So the
+        host first waits for ``ready`` (a CuPy event after which the destination is free) or,
+        without one, for ``stream``. Work queued on ``stream`` after the call sees the output."""
         try:
             if call.n == 0:
                 return
             call.image_table[:call.real, 0] = np.asarray(dst_ptrs, dtype=np.int64).reshape(call.real)
             self._ensure(call.n)
+            if self.backend == _BACKEND_HARDWARE and _HOST_WAIT:
+                (ready if ready is not None else stream).synchronize()
             status = self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, *call.args,
                                                           ctypes.c_void_p(stream.ptr))
         finally:
             self._give_back(call)
+            if call.pinned is not None:  # reusable once the call's copies have run
+                done = self.cp.cuda.Event(disable_timing=True, block=False)
+                done.record(stream)
+                self._staging.release(call.pinned, done)
+                call.pinned = None
         _check(status, "nvjpegDecodeBatchedEx")
 
     def discard(self, call: StagedCall) -> None:
         """A staged call that will not run (its batch was dropped)."""
         self._give_back(call)
+        if call.pinned is not None:
+            self._staging.release(call.pinned, None)
+            call.pinned = None
 
     def decode_into(self, datas: list[np.ndarray], windows, dst_ptrs, stream, fixed_batch: int = 0) -> None:
         """:meth:`stage` and :meth:`run` in one: decode ``datas[i]`` cropped to ``windows[i]``

@@ -384,7 +384,8 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, lane, clock):
         t_call = time.perf_counter()
         try:
             with lock:
-                decoder.run(call, buf.data.ptr + dst, on)
+                # (the host waits for ``start`` first: the engines do not wait for the stream)
+                decoder.run(call, buf.data.ptr + dst, on, ready=start)
             error = None
         except NvjpegUnavailable as e:
             error = e
