@@ -176,7 +176,7 @@ class StagedCall:
     """The argument arrays of one batched call, built ahead of it by :meth:`HardwareDecoder.stage`
     so that the thread feeding the engines runs almost no Python between calls."""
 
-    __slots__ = ("n", "real", "image_table", "args", "param_set", "keep", "pinned")
+    __slots__ = ("n", "real", "image_table", "args", "param_set", "keep", "pinned", "copied")
 
 
 class PinnedStaging:
@@ -270,6 +270,7 @@ class HardwareDecoder:
         self._all_params: list[ctypes.c_void_p] = []
         self._params_lock = threading.Lock()
         self._staging = PinnedStaging(self.cp) if os.environ.get("STOKER_NVJPEG_PINNED", "1") != "0" else None
+        self._copier = None  # the thread that copies staged bitstreams into pinned blocks
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
@@ -342,7 +343,7 @@ class HardwareDecoder:
             datas += [filler] * pad
             windows = np.concatenate([windows, np.tile([0, 0, ph, pw], (pad, 1))])
         call = StagedCall()
-        call.n, call.real, call.keep, call.pinned = n, real, datas, None
+        call.n, call.real, call.keep, call.pinned, call.copied = n, real, datas, None, None
         # The argument arrays are NumPy arrays seen through ctypes (no per-image ctypes assignment).
         sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
         data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
@@ -364,12 +365,15 @@ class HardwareDecoder:
         return call
 
     def _stage_bytes(self, call: StagedCall, datas: list, ptrs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """Copy the call's bitstreams into a pinned block; returns their pointers there.
+        """Start copying the call's bitstreams into a pinned block; returns their pointers there
+        (``call.copied`` is the copy's future: :meth:`run` waits for it).
 
         Samples that are views of one buffer (a reader's batch: one shared mapping) are copied as
         the one span that covers them, in a single GIL-free ``memmove``: copying them one by one
         gave the GIL up and back per sample, and the training pipeline lost 10 % (H100,
-        2026-11-25)."""
+        2026-11-25). The copy runs on a thread of its own: on the CPU stage's thread it took
+        about 4 ms of the stage's 16.7 per batch, and the CPU stage set the training pipeline's
+        pace (benchmarks/gpu_stage_profile.py, H100, 2026-11-25)."""
         groups: dict = {}
         for i, d in enumerate(datas):
             groups.setdefault(id(_root_buffer(d)), []).append(i)
@@ -385,12 +389,21 @@ class HardwareDecoder:
         self._staging.in_flight(call.pinned)
         dst = ctypes.addressof(ctypes.c_char.from_buffer(call.pinned[1]))
         out = np.empty_like(ptrs)
-        pos = 0
+        copies, pos = [], 0
         for lo, length, idx in spans:
-            ctypes.memmove(dst + pos, lo, length)
+            copies.append((dst + pos, lo, length))
             out[idx] = dst + pos + (ptrs[idx] - lo)
             pos += length
-        call.keep = None
+
+        def copy():
+            for to, src, length in copies:
+                ctypes.memmove(to, src, length)
+
+        if getattr(self, "_copier", None) is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._copier = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg-copy")
+        call.copied = self._copier.submit(copy)  # call.keep holds the sources until it is done
         return out
 
     def run(self, call: StagedCall, dst_ptrs, stream, ready=None) -> None:
@@ -410,13 +423,18 @@ class HardwareDecoder:
                 return
             call.image_table[:call.real, 0] = np.asarray(dst_ptrs, dtype=np.int64).reshape(call.real)
             self._ensure(call.n)
+            if call.copied is not None:
+                call.copied.result()
             if self.backend == _BACKEND_HARDWARE and _HOST_WAIT:
                 (ready if ready is not None else stream).synchronize()
             status = self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, *call.args,
                                                           ctypes.c_void_p(stream.ptr))
         finally:
             self._give_back(call)
+            call.keep = None
             if call.pinned is not None:  # reusable once the call's copies have run
+                if call.copied is not None:
+                    call.copied.exception()  # (the staging copy has ended)
                 done = self.cp.cuda.Event(disable_timing=True, block=False)
                 done.record(stream)
                 self._staging.release(call.pinned, done)
@@ -427,8 +445,11 @@ class HardwareDecoder:
         """A staged call that will not run (its batch was dropped)."""
         self._give_back(call)
         if call.pinned is not None:
+            if call.copied is not None:
+                call.copied.exception()  # the block is free once the staging copy has ended
             self._staging.release(call.pinned, None)
             call.pinned = None
+        call.keep = None
 
     def decode_into(self, datas: list[np.ndarray], windows, dst_ptrs, stream, fixed_batch: int = 0) -> None:
         """:meth:`stage` and :meth:`run` in one: decode ``datas[i]`` cropped to ``windows[i]``
@@ -447,6 +468,9 @@ class HardwareDecoder:
                 for o, s, (_, _, h, w) in zip(offsets.tolist(), sizes.tolist(), windows.tolist())]
 
     def close(self) -> None:
+        if getattr(self, "_copier", None) is not None:
+            self._copier.shutdown(wait=True)
+            self._copier = None
         with self._params_lock:
             params, self._all_params, self._free_params = self._all_params, [], []
         for p in params:

@@ -76,6 +76,8 @@ def test_staged_bitstreams_land_at_the_pointers_the_call_gets():
     sizes = np.fromiter((d.nbytes for d in datas), np.uint64, len(datas))
     call = StagedCall()
     staged = decoder._stage_bytes(call, datas, ptrs, sizes)
+    call.copied.result()  # the copy runs on the decoder's copy thread
+    decoder._copier.shutdown()
     assert call.pinned is not None and call.pinned[0] >= int(sizes.sum())
     for p, d in zip(staged.tolist(), datas):
         got = np.frombuffer((ctypes.c_uint8 * d.size).from_address(p), np.uint8)
