@@ -37,46 +37,53 @@ class Pad(Operator):
         samples = tl.samples()
         if not samples:
             return [tl]
-        layout = tl.layout()
-        ndim = samples[0].ndim
-        try:
-            targets = self._targets(samples, layout, ndim, arg_inputs)
-        except ValueError as e:
-            raise OperatorError(str(e), operator=self.instance_name, origin=self.origin) from None
+        targets = self.output_shapes([s.shape for s in samples], tl.layout(), arg_inputs)
 
         def one(i):
-            args = self.sample_args(arg_inputs, i)
             x = samples[i]
             shape = targets[i]
             if tuple(shape) == x.shape:
                 return x.copy()
             out = np.empty(shape, x.dtype)
-            out[...] = c_cast_array(np.asarray(float(args.get("fill_value", 0.0))), x.dtype)
+            out[...] = self.fill(self.sample_args(arg_inputs, i), x.dtype)
             out[tuple(slice(0, s) for s in x.shape)] = x
             return out
 
         results = self.map_samples(batch, len(samples), one)
         kept = [i for i in range(len(samples)) if results[i] is not None]
-        return [TensorListCPU([results[i] for i in kept], layout, [tl.source_info(i) for i in kept])]
+        return [TensorListCPU([results[i] for i in kept], tl.layout(), [tl.source_info(i) for i in kept])]
 
-    def _targets(self, samples, layout, ndim, arg_inputs) -> list[list[int]]:
+    def output_shapes(self, shapes, layout: str, arg_inputs) -> list[list[int]]:
+        """Output shape of every sample of a non-empty batch whose samples have ``shapes`` (the
+        GPU pad calls this too). A bad argument fails the whole batch: an OperatorError."""
+        try:
+            return self._targets(shapes, layout, len(shapes[0]), arg_inputs)
+        except ValueError as e:
+            raise OperatorError(str(e), operator=self.instance_name, origin=self.origin) from None
+
+    @staticmethod
+    def fill(args: dict, dtype) -> np.ndarray:
+        """The padding value of a sample with arguments ``args``, C cast to ``dtype`` (0D array)."""
+        return c_cast_array(np.asarray(float(args.get("fill_value", 0.0))), dtype)
+
+    def _targets(self, shapes, layout, ndim, arg_inputs) -> list[list[int]]:
         """Output shape of every sample (the batch maxima need all samples, hence batch level)."""
         static_axes = self.args.get("axes")
-        batch_max = np.max([s.shape for s in samples], axis=0) if ndim else np.zeros(0, int)
+        batch_max = np.max(shapes, axis=0) if ndim else np.zeros(0, int)
         out = []
-        for i, x in enumerate(samples):
+        for i, in_shape in enumerate(shapes):
             args = self.sample_args(arg_inputs, i)
             axes_v = args.get("axes", static_axes)
             axes_v = None if axes_v is None else np.asarray(axes_v).reshape(-1).tolist()
             axes = resolve_axes("pad", axes_v, self.args["axis_names"], layout, ndim)
-            shape = list(x.shape)
+            shape = list(in_shape)
             req = args.get("shape")
             req = None if req is None else [int(v) for v in np.asarray(req).reshape(-1)]
             if req is not None and len(req) != len(axes):
                 raise ValueError(f"pad: argument 'shape' has {len(req)} values for {len(axes)} padded axes")
             for k, ax in enumerate(axes):
                 want = batch_max[ax] if req is None or req[k] < 0 else req[k]
-                shape[ax] = max(int(want), x.shape[ax])
+                shape[ax] = max(int(want), in_shape[ax])
             align = args.get("align")
             if align is not None:
                 al = [int(v) for v in np.asarray(align).reshape(-1)]

@@ -73,19 +73,26 @@ class Slice(LayoutAware):
     def run_sample(self, inputs, args, ctx):
         x = inputs[0]
         layout = self.layout_of(args)
-        axes = self._axes(args, layout, x.ndim)
-        ext = [x.shape[ax] for ax in axes]
-        if len(inputs) == 3:
-            begin, end = self._from_inputs(inputs[1], inputs[2], ext)
-        elif len(inputs) == 2:
-            raise self.error("slice: give both the anchor and the shape inputs (or neither)")
-        else:
-            begin, end = self._from_args(args, ext)
+        axes, begin, end = self.box(x.shape, inputs[1:], args, layout)
         out = cut_box(x, axes, begin, end, self.args["out_of_bounds_policy"], self.args["fill_values"],
                       layout, "slice")
         if self.dtype is not None and out.dtype != self.dtype:
             return convert(out, self.dtype)
         return out
+
+    def box(self, shape, box_inputs, args: dict, layout: str) -> tuple[list[int], list[int], list[int]]:
+        """(axes, begin, end) of one sample's box: ``shape`` is the sample's, ``box_inputs`` its
+        anchor and shape inputs (empty when the box comes from arguments), ``args`` its arguments.
+        The GPU slice calls this too, so both devices cut the same boxes. Raises on bad values."""
+        axes = self._axes(args, layout, len(shape))
+        ext = [shape[ax] for ax in axes]
+        if len(box_inputs) == 2:
+            begin, end = self._from_inputs(box_inputs[0], box_inputs[1], ext)
+        elif len(box_inputs) == 1:
+            raise self.error("slice: give both the anchor and the shape inputs (or neither)")
+        else:
+            begin, end = self._from_args(args, ext)
+        return axes, begin, end
 
     def _axes(self, args, layout: str, ndim: int) -> list[int]:
         axes = args.get("axes")
@@ -146,30 +153,59 @@ class Slice(LayoutAware):
         return begin, end
 
 
+def box_window(shape, axes: list[int], begin: list[int], end: list[int], policy: str,
+               op: str) -> tuple[list[int], list[int], bool]:
+    """Where the box ``[begin, end)`` on ``axes`` of a sample of ``shape`` puts the output:
+    (output shape, input index of the output's first element on every axis, whether some output
+    elements lie outside the sample and take fill values). Output element ``j`` is input element
+    ``j + start`` where that is inside the sample. 'error' raises when the box leaves the sample,
+    'trim_to_shape' clips the box to it, 'pad' keeps it (its start may then be negative or past
+    the end)."""
+    inside = all(0 <= b and e <= shape[ax] for b, e, ax in zip(begin, end, axes))
+    if not inside and policy == "error":
+        box = ", ".join(f"[{b}, {e})" for b, e in zip(begin, end))
+        raise ValueError(f"{op}: the box {box} on axes {list(axes)} leaves the sample of shape {tuple(shape)}; "
+                         "use out_of_bounds_policy='pad' or 'trim_to_shape'")
+    out = list(shape)
+    start = [0] * len(shape)
+    clip = inside or policy == "trim_to_shape"
+    for b, e, ax in zip(begin, end, axes):
+        if clip:
+            lo, hi = min(max(b, 0), shape[ax]), max(min(e, shape[ax]), 0)
+            out[ax], start[ax] = max(hi - lo, 0), lo
+        else:
+            out[ax], start[ax] = e - b, b
+    return out, start, not clip
+
+
 def cut_box(x: np.ndarray, axes: list[int], begin: list[int], end: list[int], policy: str,
             fill: list[float], layout: str, op: str) -> np.ndarray:
     """``x[begin:end]`` on ``axes``; outside the sample: raise ('error'), fill ('pad') or clip
     ('trim_to_shape'). Returns a new array."""
-    inside = all(0 <= b and e <= x.shape[ax] for b, e, ax in zip(begin, end, axes))
-    if not inside and policy == "error":
-        box = ", ".join(f"[{b}, {e})" for b, e in zip(begin, end))
-        raise ValueError(f"{op}: the box {box} on axes {list(axes)} leaves the sample of shape {x.shape}; use "
-                         "out_of_bounds_policy='pad' or 'trim_to_shape'")
-    src = [slice(None)] * x.ndim
-    for b, e, ax in zip(begin, end, axes):
-        src[ax] = slice(min(max(b, 0), x.shape[ax]), max(min(e, x.shape[ax]), 0))
-    if inside or policy == "trim_to_shape":
-        return x[tuple(src)].copy()
-    shape = list(x.shape)
-    dst = [slice(None)] * x.ndim
-    for b, e, ax in zip(begin, end, axes):
-        shape[ax] = e - b
-        lo = min(max(-b, 0), e - b)
-        dst[ax] = slice(lo, lo + (src[ax].stop - src[ax].start if src[ax].stop > src[ax].start else 0))
+    shape, start, padded = box_window(x.shape, axes, begin, end, policy, op)
+    if not padded:
+        return x[tuple(slice(s, s + n) for s, n in zip(start, shape))].copy()
     out = np.empty(shape, x.dtype)
-    out[...] = fill_for(fill, x, layout, op)
+    out[...] = box_fill(fill, x, shape, layout, op)
+    src, dst = [], []
+    for s, n, ext in zip(start, shape, x.shape):
+        lo = max(s, 0)  # the part of the sample the output covers on this axis: [lo, hi)
+        hi = max(min(s + n, ext), lo)
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - s, hi - s))
     out[tuple(dst)] = x[tuple(src)]
     return out
+
+
+def box_fill(fill: list[float], x: np.ndarray, shape, layout: str, op: str) -> np.ndarray:
+    """``fill_for`` of an output of ``shape`` cut from ``x``: values per channel need the output
+    to keep every channel."""
+    vals = fill_for(fill, x, layout, op)
+    if any(v != 1 and v != n for v, n in zip(vals.shape, shape)):
+        raise ValueError(f"{op}: argument 'fill_values' has one value per channel ({vals.size}) but the box "
+                         f"keeps {shape[int(np.argmax(vals.shape))]} of them; give one fill value, or keep "
+                         "every channel")
+    return vals
 
 
 def fill_for(fill: list[float], x: np.ndarray, layout: str, op: str) -> np.ndarray:
