@@ -37,6 +37,31 @@ def _to_rgb_matrix(src) -> np.ndarray:
     return _SWAP if src == types.BGR else np.eye(3)
 
 
+def affine_map(src, dst) -> tuple[np.ndarray, np.ndarray]:
+    """``(matrix, offset)`` (float64, (out channels, in channels) and (out channels,)) taking a
+    ``src`` pixel to ``dst``, before rounding: every pair but RGB/BGR -> GRAY, which is OpenCV's
+    fixed-point luma. Copies, swaps and the grey repeat are maps of ones and zeros, exact in
+    float32; the CPU operator moves bytes for those and applies the YCbCr ones (the GPU
+    implementation applies them all)."""
+    if src == dst:
+        c = _CHANNELS[src]
+        return np.eye(c), np.zeros(c)
+    if src == types.GRAY:
+        if dst in (types.RGB, types.BGR):
+            return np.ones((3, 1)), np.zeros(3)
+        return np.array([[219.0 / 255.0], [0.0], [0.0]]), _YCC_OFFSET
+    if src == types.YCbCr:
+        if dst == types.GRAY:  # the luma, stretched back to the full range
+            return np.array([[255.0 / 219.0, 0.0, 0.0]]), np.array([-16.0 * 255.0 / 219.0])
+        m = _to_rgb_matrix(dst) @ _YCC2RGB
+        return m, -m @ _YCC_OFFSET
+    if dst == types.YCbCr:
+        return _RGB2YCC @ _to_rgb_matrix(src), _YCC_OFFSET
+    if dst == types.GRAY:
+        raise ValueError("color_space_conversion: RGB/BGR -> GRAY is a fixed-point formula, not an affine map")
+    return _SWAP, np.zeros(3)  # RGB <-> BGR
+
+
 @register
 class ColorSpaceConversion(LayoutAware):
     """Converts uint8 images between RGB, BGR, GRAY and YCbCr."""
@@ -69,17 +94,10 @@ class ColorSpaceConversion(LayoutAware):
             code = cv2.COLOR_RGB2GRAY if src == types.RGB else cv2.COLOR_BGR2GRAY
             flat = np.ascontiguousarray(img).reshape(-1, 1, 3)
             return cv2.cvtColor(flat, code).reshape(*img.shape[:-1], 1)
-        if src == types.GRAY:
-            if dst in (types.RGB, types.BGR):
-                return np.repeat(img, 3, axis=-1)
-            return self._convert(img, np.array([[219.0 / 255.0]] * 1 + [[0.0]] * 2), _YCC_OFFSET)
-        if src == types.YCbCr:
-            if dst == types.GRAY:  # the luma, stretched back to the full range
-                return self._convert(img, np.array([[255.0 / 219.0, 0.0, 0.0]]), np.array([-16.0 * 255.0 / 219.0]))
-            m = _to_rgb_matrix(dst) @ _YCC2RGB
-            return self._convert(img, m, -m @ _YCC_OFFSET)
-        if dst == types.YCbCr:
-            return self._convert(img, _RGB2YCC @ _to_rgb_matrix(src), _YCC_OFFSET)
+        if src == types.GRAY and dst in (types.RGB, types.BGR):
+            return np.repeat(img, 3, axis=-1)
+        if types.YCbCr in (src, dst):
+            return self._convert(img, *affine_map(src, dst))
         return np.ascontiguousarray(img[..., ::-1])  # RGB <-> BGR
 
     @staticmethod

@@ -57,30 +57,48 @@ class Erase(LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         x = inputs[0]
-        layout = self.layout_of(args)
-        axes = self._axes(layout, x.ndim)
-        anchor = np.asarray(args.get("anchor", []), F32).reshape(-1)
-        shape = np.asarray(args.get("shape", []), F32).reshape(-1)
-        n = len(axes)
-        if anchor.size != shape.size or anchor.size % n:
-            raise ValueError(f"erase: arguments 'anchor' ({anchor.size} values) and 'shape' ({shape.size}) "
-                             f"must hold the same number of boxes, {n} values per box (axes {axes})")
+        fill, boxes = self.boxes(x.shape, x.dtype, args)
         out = x.copy()
+        for box in boxes:
+            out[tuple(slice(lo, hi) for lo, hi in box)] = fill
+        return out
+
+    def boxes(self, shape: tuple[int, ...], dtype, args: dict) -> tuple[np.ndarray | None, list]:
+        """The boxes one sample's arguments erase, and what fills them (the GPU implementation
+        builds its tables from this too).
+
+        ``shape`` and ``dtype`` are the sample's, ``args`` its arguments (with ``__layout``).
+        Returns ``(fill, boxes)``: ``fill`` in ``dtype``, a 0-d array or one value per channel
+        shaped to broadcast over the sample; each box one ``(start, stop)`` per axis of the
+        sample, clipped to it (the whole extent on the axes the box does not name). Without boxes
+        the fill is None (and fill_value goes unchecked)."""
+        shape = tuple(int(e) for e in shape)
+        layout = self.layout_of(args)
+        axes = self._axes(layout, len(shape))
+        anchor = np.asarray(args.get("anchor", []), F32).reshape(-1)
+        extent = np.asarray(args.get("shape", []), F32).reshape(-1)
+        n = len(axes)
+        if anchor.size != extent.size or anchor.size % n:
+            raise ValueError(f"erase: arguments 'anchor' ({anchor.size} values) and 'shape' ({extent.size}) "
+                             f"must hold the same number of boxes, {n} values per box (axes {axes})")
         if anchor.size == 0:
-            return out
-        fill = fill_for(np.asarray(args.get("fill_value", [0.0])).reshape(-1).tolist(), x, layout, "erase")
-        ext = np.asarray([x.shape[a] for a in axes], F32)
-        for a, s in zip(anchor.reshape(-1, n), shape.reshape(-1, n)):
+            return None, []
+        # fill_for reads only the shape, ndim and dtype of the sample: a zero-strided stand-in will do
+        stand_in = np.broadcast_to(np.zeros((), dtype), shape)
+        fill = fill_for(np.asarray(args.get("fill_value", [0.0])).reshape(-1).tolist(), stand_in, layout, "erase")
+        ext = np.asarray([shape[a] for a in axes], F32)
+        boxes = []
+        for a, s in zip(anchor.reshape(-1, n), extent.reshape(-1, n)):
             a = a * ext if self.norm_anchor else a  # float32 products, as DALI
             s = s * ext if self.norm_shape else s
             if np.any(s < 0):
                 raise ValueError(f"erase: argument 'shape' must be non-negative, got {s.tolist()}")
             if self.args["centered_anchor"]:
                 a = a - s * F32(0.5)
-            index = [slice(None)] * x.ndim
+            box = [(0, e) for e in shape]
             for ax, lo, ex in zip(axes, a, s):
                 start = math.floor(float(lo))
                 stop = math.floor(float(F32(lo + ex)))
-                index[ax] = slice(min(max(start, 0), x.shape[ax]), min(max(stop, 0), x.shape[ax]))
-            out[tuple(index)] = fill
-        return out
+                box[ax] = (min(max(start, 0), shape[ax]), min(max(stop, 0), shape[ax]))
+            boxes.append(tuple(box))
+        return fill, boxes

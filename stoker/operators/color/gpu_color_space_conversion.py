@@ -1,0 +1,97 @@
+"""GPU ``color_space_conversion``: uint8 channel-last batches, one kernel launch per batch into
+one flat output buffer.
+
+- 3 channels to 3 (RGB <-> BGR, RGB/BGR <-> YCbCr, and a space to itself): the per-pixel 3x3
+  matrix and offset of ``kernels/linear_color.cu`` (``matrix_u8_u8``, the kernel of hsv and
+  color_twist), whose float32 arithmetic and rounding (half up, saturated) are the CPU's.
+- RGB/BGR -> GRAY: ``luma_u8`` of ``kernels/color_convert.cu``, OpenCV's integer formula, so
+  the result is exactly the CPU operator's (it calls cv2.cvtColor).
+- From or to GRAY otherwise (GRAY -> RGB/BGR/YCbCr, YCbCr -> GRAY, GRAY -> GRAY): ``affine_u8``
+  of the same file, the CPU's float32 map for 1 or 3 channels in and out.
+
+Maps come from the CPU module's ``affine_map``. Batches the kernels do not take (types other
+than uint8, layouts not channel-last, a channel count that is not the input space's, empty
+batches) run through the host fallback, which raises the CPU operator's errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker import types
+from stoker.operators.color.color_space_conversion import _CHANNELS, affine_map
+from stoker.operators.gpu_registry import (
+    contiguous_samples,
+    flat_offsets,
+    grid_for,
+    host_fallback,
+    register_gpu,
+    upload_table,
+)
+
+# OpenCV's uint8 RGB -> GRAY weights (0.299, 0.587, 0.114 with 15 fractional bits, summing to
+# 1 << 15), in the memory order of the input's channels.
+_R, _G, _B = 9798, 19235, 3735
+LUMA_Q15 = {types.RGB: (_R, _G, _B), types.BGR: (_B, _G, _R)}
+
+
+def _ftab(src, dst) -> np.ndarray:
+    """One row of the kernels' float32 table: the map's matrix row by row, its offsets from 9."""
+    matrix, offset = affine_map(src, dst)
+    row = np.zeros(12, np.float32)
+    matrix = np.asarray(matrix, np.float64).reshape(-1)
+    row[:matrix.size] = matrix
+    row[9:9 + np.size(offset)] = np.asarray(offset, np.float64).reshape(-1)
+    return row
+
+
+def _takes(x, channels: int) -> bool:
+    """Whether the kernels take this batch (what the CPU operator's checks accept, uint8)."""
+    if len(x) == 0 or np.dtype(x.samples()[0].dtype) != np.uint8:
+        return False
+    layout = x.layout() or ""
+    if layout and layout[-1] != "C":
+        return False
+    return all(len(s) >= 2 and s[-1] == channels for s in x.shape())
+
+
+@register_gpu("color_space_conversion")
+def gpu_color_space_conversion(op, batch, inputs, arg_inputs):
+    """``fn.color_space_conversion`` on GPU batches (uint8, channel-last: HWC, FHWC, ...)."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    x = inputs[0]
+    src, dst = op.src, op.dst
+    cin, cout = _CHANNELS[src], _CHANNELS[dst]
+    if not _takes(x, cin):
+        return host_fallback(op, batch, inputs, arg_inputs)
+    cp = cuda._cupy()
+    x = contiguous_samples(x)
+    samples = x.samples()
+    n = len(samples)
+    pixels = np.fromiter((s.size // cin for s in samples), np.int64, n)
+    offsets = flat_offsets(pixels * cout)
+    buf = cp.empty(max(int(pixels.sum()) * cout, 1), np.uint8)
+    shapes = np.asarray([(*s.shape[:-1], cout) for s in samples], np.int64).reshape(n, -1)
+    out = TensorListGPU.from_flat(buf, offsets, shapes, x.layout(), x.source_info())
+    if not pixels.any():
+        return [out]
+    itab = np.empty((n, 3), np.int64)
+    itab[:, 0] = np.fromiter((s.data.ptr for s in samples), np.int64, n)
+    itab[:, 1] = buf.data.ptr + offsets  # uint8: element offsets are byte offsets
+    itab[:, 2] = pixels
+    grid, block = grid_for(int(pixels.max()), n)
+    it = upload_table(itab, batch)
+    if dst == types.GRAY and src in LUMA_Q15:
+        w = LUMA_Q15[src]
+        cuda.load_kernel("color_convert", "luma_u8")(grid, block, (it, np.int32(w[0]), np.int32(w[1]),
+                                                                   np.int32(w[2])))
+        return [out]
+    # the same map for every sample; the tables keep linear_color's one row per sample
+    ft = upload_table(np.tile(_ftab(src, dst), (n, 1)), batch)
+    if cin == 3 and cout == 3:
+        cuda.load_kernel("linear_color", "matrix_u8_u8")(grid, block, (it, ft))
+    else:
+        cuda.load_kernel("color_convert", "affine_u8")(grid, block, (it, ft, np.int32(cin), np.int32(cout)))
+    return [out]
