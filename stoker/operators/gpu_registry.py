@@ -38,7 +38,13 @@ GPU_MODULES = (
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = ()
+PENDING_GPU_MODULES: tuple[str, ...] = (
+    "stoker.operators.image.gpu_normalize",
+    "stoker.operators.image.gpu_pad",
+    "stoker.operators.image.gpu_slice",
+    "stoker.operators.image.gpu_erase",
+    "stoker.operators.color.gpu_color_space_conversion",
+)
 
 # Operators that DALI runs on GPU batches and stoker has no kernel for yet. They take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
