@@ -270,15 +270,19 @@ def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
         assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0
 
 
+@pytest.mark.parametrize("helpers_first", [False, True])
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng):
+def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, helpers_first, batch_ctx, rng, monkeypatch):
     """STOKER_CPU_DECODE_PROCESSES: half of the batch's engine-eligible JPEGs (the cheapest on the
     host) decodes in helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
-    engines, and the batch is still one flat buffer."""
+    engines, and the batch is still one flat buffer. Alike whether the helpers get their JPEGs
+    before the engines' call is staged (STOKER_HELPERS_FIRST) or after."""
     from stoker.operators.base import SampleContext
-    from stoker.operators.decoders import turbo
+    from stoker.operators.decoders import _hardware_path, turbo
     from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
     from stoker.operators.random.crop_window import sample_crop_window
+
+    monkeypatch.setattr(_hardware_path, "_HELPERS_FIRST", helpers_first)
 
     if not turbo.available():
         pytest.skip("no TurboJPEG 3 library")

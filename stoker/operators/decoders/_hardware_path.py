@@ -28,6 +28,7 @@ one upload of the CPU region, and the batch leaves as a flat ``TensorListGPU``
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -43,6 +44,12 @@ from stoker.operators.decoders.mixed import (
     _window,
 )
 from stoker.operators.gpu_registry import flat_offsets
+
+# STOKER_HELPERS_FIRST=1 (to measure; off by default until a benchmark decides): send a batch's
+# JPEGs to the decode helpers before staging the engines' call, not after. The profile of the
+# training pipeline (H100, 2026-11-25) had the helpers finish 6 ms after the GPU stage began to
+# wait and the engines 3 ms after: the engines' staging delays the helpers' start.
+_HELPERS_FIRST = os.environ.get("STOKER_HELPERS_FIRST", "0") == "1"
 
 _RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
 
@@ -148,12 +155,17 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     out = _OutputBuffer(st, st.out_bytes, stream, device_id)
     jobs = {}
     engine_parts = _split(hw_idx, len(st.lanes))
-    for lane, part in enumerate(engine_parts):
-        jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, wins, part, out, offsets, stream,
-                                                   -(-n // len(st.lanes)), st.lanes[lane], clock))
-    if hyb_idx:
-        jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets, hyb_fixed,
-                                                      device_id))
+
+    def submit_gpu_jobs():
+        for lane, part in enumerate(engine_parts):
+            jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, wins, part, out, offsets, stream,
+                                                       -(-n // len(st.lanes)), st.lanes[lane], clock))
+        if hyb_idx:
+            jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets,
+                                                          hyb_fixed, device_id))
+
+    if not _HELPERS_FIRST:
+        submit_gpu_jobs()
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
     # (or helper process) writes its own result there, and the GPU stage only issues one upload.
     cpu_total = int(nbytes[cpu_idx].sum()) if cpu_idx else 0
@@ -182,13 +194,15 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         clock["sent"] = time.perf_counter()
         st.timing["proc_send_s"] += time.perf_counter() - t_send
         st.timing["proc_images"] += len(proc_idx)
-        if (op.args.get("on_error") or batch.on_error) != "raise":  # failures are found here, in the CPU stage
-            t_procs = time.perf_counter()
-            proc_idx, pending = _without_failed(st, proc_idx, pending), None
-            st.cpu_stage_helpers_wait = time.perf_counter() - t_procs
     else:
         staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
         stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
+    if _HELPERS_FIRST:
+        submit_gpu_jobs()
+    if proc_idx and (op.args.get("on_error") or batch.on_error) != "raise":
+        t_procs = time.perf_counter()  # failures are found here, in the CPU stage
+        proc_idx, pending = _without_failed(st, proc_idx, pending), None
+        st.cpu_stage_helpers_wait = time.perf_counter() - t_procs
     taken_by_procs = set(proc_idx)
     pool_idx = [i for i in cpu_idx if i not in taken_by_procs]
     tasks = [(args, i, stage, int(offsets[i]) - cpu_start, tuple(shapes[i].tolist())) for i in pool_idx]
