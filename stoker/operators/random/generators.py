@@ -53,7 +53,10 @@ class _Generator(Operator):
         u = batch_uniforms(self.op_seed, batch.iteration, [batch.sample_index(i) for i in range(n)],
                            self.draws_per_sample)
         values = self.vectorized(u)
-        return [TensorListCPU([v.reshape(()) for v in values], "")]
+        # (values[i, ...] is a 0-d array view; iterating would give NumPy scalars, each reshaped
+        # and converted back to an array one by one: most of this operator's time per batch in
+        # the GPU training pipeline's CPU stage)
+        return [TensorListCPU([values[i, ...] for i in range(n)], "")]
 
 
 @register
