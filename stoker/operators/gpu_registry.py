@@ -223,6 +223,35 @@ def contiguous_samples(x):
     return TensorListGPU([cp.ascontiguousarray(s) for s in samples], x.layout(), x.source_info())
 
 
+def dense_view(x):
+    """Batch ``x`` (a TensorListGPU) as one ``(N, ...)`` CuPy array without a copy, when its
+    samples share a shape and lie back to back in one buffer; else None."""
+    parts = x.flat_parts()
+    if parts is None or len(x) == 0:
+        return None
+    buf, offsets, shapes = parts
+    if not (shapes == shapes[0]).all():
+        return None
+    per = int(np.prod(shapes[0], dtype=np.int64))
+    if not np.array_equal(offsets, np.arange(len(x), dtype=np.int64) * per):
+        return None
+    return buf[:per * len(x)].reshape((len(x), *shapes[0].tolist()))
+
+
+def flat_output(shapes, sizes, dtype, layout: str, source_info):
+    """A batch's output as one flat device buffer: ``(buffer, element offsets, TensorListGPU)``
+    for samples of ``shapes`` holding ``sizes`` elements each."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    cp = cuda._cupy()
+    sizes = np.asarray(sizes, np.int64)
+    offsets = flat_offsets(sizes)
+    buf = cp.empty(max(int(sizes.sum()), 1), dtype)
+    shapes = np.asarray(shapes, np.int64).reshape(len(sizes), -1)
+    return buf, offsets, TensorListGPU.from_flat(buf, offsets, shapes, layout, source_info)
+
+
 def flat_offsets(sizes) -> np.ndarray:
     """Start of each of ``sizes`` when they are laid back to back (int64)."""
     sizes = np.asarray(sizes, np.int64).reshape(-1)

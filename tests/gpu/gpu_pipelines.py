@@ -34,3 +34,20 @@ def run_pipeline(build, sources, gpu: bool, layout: str = "HWC", iterations: int
         results.append(([np.asarray(a) for a in (out.as_cpu() if gpu else out).samples()], out.layout()))
     p.close()
     return results
+
+
+def compare_exact(build, batch, name: str, layout: str = "HWC", kernel: bool = True) -> list:
+    """Run ``build`` over ``batch`` on the GPU and on the CPU and require the same samples, to the
+    bit, with the same layout; with ``kernel``, also that operator ``name``'s GPU kernel ran (its
+    host fallback did not). Returns the GPU samples."""
+    before = gpu_registry.FALLBACKS[name]
+    (got, got_layout), = run_pipeline(build, [batch], True, layout)
+    if kernel:
+        assert gpu_registry.FALLBACKS[name] == before, "the host fallback ran instead of the kernel"
+    (want, want_layout), = run_pipeline(build, [batch], False, layout)
+    assert got_layout == want_layout
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    return got

@@ -5,12 +5,11 @@ sizes. Slicing is a copy, so the results must be equal; errors must name the sam
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_pending, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
 from stoker.errors import OperatorError
-from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
 
@@ -21,17 +20,7 @@ def _gpu_slice():
 
 
 def _compare(build, batch, layout="HWC", kernel=True):
-    before = gpu_registry.FALLBACKS["slice"]
-    (got, got_layout), = run_pipeline(build, [batch], True, layout)
-    if kernel:
-        assert gpu_registry.FALLBACKS["slice"] == before, "the host fallback ran instead of the kernel"
-    (want, want_layout), = run_pipeline(build, [batch], False, layout)
-    assert got_layout == want_layout
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_array_equal(g, w)
-    return got
+    return compare_exact(build, batch, "slice", layout, kernel)
 
 
 def _images(make_images, dtype, n=5):

@@ -13,7 +13,7 @@ import numpy as np
 
 from stoker.operators.gpu_registry import (
     contiguous_samples,
-    flat_offsets,
+    flat_output,
     grid_for,
     host_fallback,
     per_sample,
@@ -73,12 +73,10 @@ def _takes(x) -> bool:
 def gpu_erase(op, batch, inputs, arg_inputs):
     """``fn.erase`` on GPU batches: one flat output buffer, one launch."""
     from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
     if not _takes(x):
         return host_fallback(op, batch, inputs, arg_inputs)
-    cp = cuda._cupy()
     x = contiguous_samples(x)
     samples = x.samples()
     n = len(samples)
@@ -92,10 +90,7 @@ def gpu_erase(op, batch, inputs, arg_inputs):
 
     itab, btab, fill = erase_tables(shapes, dtype, per_sample(op, batch, n, plan))
     sizes = itab[:, 2]
-    offsets = flat_offsets(sizes)
-    buf = cp.empty(max(int(sizes.sum()), 1), dtype)
-    out = TensorListGPU.from_flat(buf, offsets, np.asarray(shapes, np.int64).reshape(n, -1), layout,
-                                  x.source_info())
+    buf, offsets, out = flat_output(shapes, sizes, dtype, layout, x.source_info())
     if not sizes.any():
         return [out]
     itab[:, 0] = np.fromiter((s.data.ptr for s in samples), np.int64, n)

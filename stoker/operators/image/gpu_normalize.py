@@ -26,7 +26,9 @@ from stoker import types
 from stoker.errors import OperatorError
 from stoker.operators.gpu_registry import (
     contiguous_samples,
+    dense_view,
     flat_offsets,
+    flat_output,
     grid_for,
     host_fallback,
     per_sample,
@@ -251,21 +253,6 @@ def kernel_rows(shapes, axes) -> np.ndarray | None:
     return rows
 
 
-def _dense_view(x):
-    """The batch as one ``(N, ...)`` CuPy array without a copy when its samples share a shape and
-    lie back to back in one buffer; else None."""
-    parts = x.flat_parts()
-    if parts is None:
-        return None
-    buf, offsets, shapes = parts
-    if not (shapes == shapes[0]).all():
-        return None
-    per = int(np.prod(shapes[0], dtype=np.int64))
-    if not np.array_equal(offsets, np.arange(len(x), dtype=np.int64) * per):
-        return None
-    return buf[:per * len(x)].reshape((len(x), *shapes[0].tolist()))
-
-
 def _offsets(table, sizes) -> np.ndarray:
     """Where each sample's entries start in a table (all at 0 in a shared one)."""
     return np.zeros(len(sizes), np.int64) if table[1] else flat_offsets(sizes)
@@ -298,7 +285,7 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     def upload(host):
         return upload_table(host, batch)
 
-    dense = _dense_view(x)
+    dense = dense_view(x)
     if dense is not None:
         red = tuple(d + 1 for d in axes)
         if op.args["batch"]:
@@ -323,10 +310,7 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     rows[:, 4] = _offsets(factor_tab, sizes)
 
     sample_sizes = rows[:, 2]
-    offsets = flat_offsets(sample_sizes)
-    buf = cp.empty(max(int(sample_sizes.sum()), 1), out_type)
-    out = TensorListGPU.from_flat(buf, offsets, np.asarray(shapes, np.int64).reshape(n, -1), layout,
-                                  x.source_info())
+    buf, offsets, out = flat_output(shapes, sample_sizes, out_type, layout, x.source_info())
     if not sample_sizes.any():
         return [out]
     rows[:, 0] = x.geometry()[0]

@@ -4,23 +4,7 @@ sample."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from stoker.operators.gpu_registry import register_gpu
-
-
-def _dense_view(x):
-    """The batch as one (N, ...) CuPy array without a copy, when its samples allow; else None."""
-    parts = x.flat_parts()
-    if parts is None or len(x) == 0:
-        return None
-    buf, offsets, shapes = parts
-    if not (shapes == shapes[0]).all():
-        return None
-    per = int(np.prod(shapes[0], dtype=np.int64))
-    if not np.array_equal(offsets, np.arange(len(x), dtype=np.int64) * per):
-        return None
-    return buf[:per * len(x)].reshape((len(x), *shapes[0].tolist()))
+from stoker.operators.gpu_registry import dense_view, register_gpu
 
 
 @register_gpu("transpose")
@@ -33,7 +17,7 @@ def gpu_transpose(op, batch, inputs, arg_inputs):
     x = inputs[0]
     perm = [int(p) for p in op.args["perm"]]
     layout = op.output_layouts([x.layout()])[0]
-    dense = _dense_view(x)
+    dense = dense_view(x)
     if dense is not None:
         out = cp.ascontiguousarray(cp.transpose(dense, [0] + [p + 1 for p in perm]))
         return [TensorListGPU(out, layout, x.source_info())]
