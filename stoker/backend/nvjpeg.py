@@ -185,9 +185,9 @@ class PinnedStaging:
     Why: from ordinary (pageable) memory nvJPEG's batched call copies the bitstreams itself, on
     the thread that feeds the engines, which is the decode path's bottleneck. From pinned memory
     the call took 9.4 ms of CPU per 256 images instead of 11.6-12.0, 23.9k img/s instead of
-    19.2-19.8k (benchmarks/engines_probe.py --pinned, H100, 2026-11-25). The copy happens in
-    :meth:`HardwareDecoder.stage`, on the pipeline's CPU stage. A block is reused once an event
-    recorded after its call has completed (``STOKER_NVJPEG_PINNED=0``: no staging)."""
+    19.2-19.8k (benchmarks/engines_probe.py --pinned, H100, 2026-11-25). :meth:`HardwareDecoder.stage`
+    starts the copy on the decoder's copy thread. A block is reused once an event recorded after
+    its call has completed (``STOKER_NVJPEG_PINNED=0``: no staging)."""
 
     _GRAIN = 1 << 22  # block sizes are multiples of 4 MiB
 
@@ -200,9 +200,10 @@ class PinnedStaging:
         self.allocations = 0  # blocks made (for benchmarks: steady once every block is large)
 
     def take(self, nbytes: int):
-        """A block of at least ``nbytes``: (size, pinned memory). Blocks are made as large as the
-        largest call so far (pinning memory is slow and stalls the device), and kept: there are
-        only as many as calls staged or running at once."""
+        """A block of at least ``nbytes`` for a call being staged: (size, pinned memory), busy
+        until :meth:`release`. Blocks are made as large as the largest call so far (pinning
+        memory is slow and stalls the device), and kept: there are only as many as calls staged
+        or running at once."""
         with self.lock:
             still = []
             for ev, size, mem in self.busy:
@@ -214,15 +215,12 @@ class PinnedStaging:
             self.size = max(self.size, -(-nbytes // self._GRAIN) * self._GRAIN)
             self.free = [b for b in self.free if b[0] >= self.size]  # outgrown: back to CuPy's pool
             if self.free:
-                return self.free.pop()
-            self.allocations += 1
-            size = self.size
-        return size, self.cp.cuda.alloc_pinned_memory(size)
-
-    def in_flight(self, block) -> None:
-        """``block`` is staged for a call that has not run yet."""
-        with self.lock:
-            self.busy.append((None, *block))
+                block = self.free.pop()
+            else:
+                self.allocations += 1
+                block = self.size, self.cp.cuda.alloc_pinned_memory(self.size)
+            self.busy.append((None, *block))  # staged, its call not yet run
+        return block
 
     def release(self, block, event) -> None:
         """``block``'s call has been issued (``event`` recorded after it) or dropped (None)."""
@@ -386,7 +384,6 @@ class HardwareDecoder:
             else:
                 spans += [(int(ptrs[i]), int(sizes[i]), idx[k:k + 1]) for k, i in enumerate(idx)]
         call.pinned = self._staging.take(sum(length for _, length, _ in spans))
-        self._staging.in_flight(call.pinned)
         dst = ctypes.addressof(ctypes.c_char.from_buffer(call.pinned[1]))
         out = np.empty_like(ptrs)
         copies, pos = [], 0

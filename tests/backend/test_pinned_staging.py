@@ -25,7 +25,6 @@ def test_a_block_is_reused_only_after_its_call_completed():
     st, made = _staging()
     a = st.take(1000)
     assert a[0] >= 1000 and len(made) == 1
-    st.in_flight(a)
     b = st.take(1000)  # a is staged: a new block
     assert b[1] is not a[1] and len(made) == 2
     ev = _Event()
@@ -40,7 +39,6 @@ def test_a_block_is_reused_only_after_its_call_completed():
 def test_a_dropped_call_frees_its_block_at_once_and_small_blocks_do_not_serve_large_calls():
     st, made = _staging()
     a = st.take(100)
-    st.in_flight(a)
     st.release(a, None)
     assert st.take(100)[1] is a[1]
 
