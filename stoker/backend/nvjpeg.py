@@ -9,7 +9,7 @@ for). Measured on an H100 (benchmarks/nvjpeg_probe.py, batch 256, ImageNet-like
 set): 18.6k img/s full decode and 19.9k with random-crop ROI, in one synchronous
 call per batch.
 
-The hardware engines take baseline (sequential Huffman) 3-component JPEGs;
+The hardware engines take baseline (sequential Huffman) colour and grayscale JPEGs;
 :func:`hardware_eligible` picks those, the rest go to nvImageCodec or the CPU.
 
 The mixed decoders use it by default on GPUs that have the engines
@@ -24,6 +24,7 @@ import os
 import struct
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -137,15 +138,20 @@ def jpeg_frame(data) -> tuple[int, int, int, int, int] | None:
 
 def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
-    Huffman, 3 components, 8-bit, no EXIF (orientation is applied elsewhere), ending with an
-    end-of-image marker (the engines may not report a truncated stream). Otherwise None."""
+    Huffman, 3 components or 1 (grayscale), 8-bit, no EXIF (orientation is applied elsewhere),
+    ending with an end-of-image marker (the engines may not report a truncated stream).
+    Otherwise None.
+
+    Grayscale: the engines write it as RGB with the three channels equal, as the CPU decoders do
+    (identical to OpenCV's decode on an H100, 2026-11-25; tests/gpu/test_mixed_decode.py). About
+    3 % of the benchmark set is grayscale; those used to take helper-process time instead."""
     if not has_end_marker(data):
         return None  # truncated: left to the CPU decoder, which reports it
     frame = jpeg_frame(data)
     if frame is None:
         return None
     marker, precision, h, w, comps = frame
-    return (h, w) if marker in (0xC0, 0xC1) and precision == 8 and comps == 3 and h and w else None
+    return (h, w) if marker in (0xC0, 0xC1) and precision == 8 and comps in (1, 3) and h and w else None
 
 
 _pad: list = []
@@ -272,6 +278,7 @@ class HardwareDecoder:
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
+        self.last_run = (0.0, 0.0, 0.0)  # the last call's waits (staging copy, stream) and nvJPEG time
         # Host threads nvJPEG may use to parse a batch (the probe's 18.6k img/s used one per core).
         self.threads = int(os.environ.get("STOKER_NVJPEG_THREADS", "0")) or os.cpu_count() or 4
 
@@ -420,12 +427,16 @@ class HardwareDecoder:
                 return
             call.image_table[:call.real, 0] = np.asarray(dst_ptrs, dtype=np.int64).reshape(call.real)
             self._ensure(call.n)
+            t0 = time.perf_counter()
             if call.copied is not None:
                 call.copied.result()
+            t1 = time.perf_counter()
             if self.backend == _BACKEND_HARDWARE and _HOST_WAIT:
                 (ready if ready is not None else stream).synchronize()
+            t2 = time.perf_counter()
             status = self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, *call.args,
                                                           ctypes.c_void_p(stream.ptr))
+            self.last_run = (t1 - t0, t2 - t1, time.perf_counter() - t2)  # for benchmarks
         finally:
             self._give_back(call)
             call.keep = None

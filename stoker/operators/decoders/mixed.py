@@ -9,9 +9,9 @@ Two paths, chosen per operator:
   H100, H200; ``STOKER_NVJPEG_HW=0`` turns it off). In the CPU stage each
   header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`), the
   window drawn, and every sample given a slot in one flat output buffer; the
-  baseline colour JPEGs then decode in one nvJPEG call on the decoder's own
+  baseline JPEGs (colour and grayscale) then decode in one nvJPEG call on the decoder's own
   thread (no GIL held), overlapping the previous batch's GPU work, while the
-  others (progressive, gray, PNG, ...) and a share of the JPEGs
+  others (progressive, PNG, ...) and a share of the JPEGs
   (``STOKER_CPU_DECODE_SHARE``: steered per batch by default, see
   :meth:`_State.balance_share`) decode in helper processes or on the thread
   pool and are copied into their slots. The batch leaves as a flat ``TensorListGPU``: no
@@ -123,7 +123,7 @@ class _State:
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
         self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
-        # JPEGs the engines cannot take (progressive, grayscale) and any CPU share decode in helper
+        # JPEGs the engines cannot take (progressive, arithmetic-coded) and any CPU share decode in helper
         # processes (_decode_worker) rather than on the pipeline's pool, which holds the GIL the
         # rest of the pipeline needs: STOKER_CPU_DECODE_PROCESSES helpers (default 4; 0: the pool)
         # of STOKER_CPU_DECODE_THREADS threads each. H100, ImageNet-like set (8 % such files):
@@ -374,8 +374,8 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     dtype = op.args.get("dtype")
     on_gpu = (gray or out_type is None or getattr(out_type, "name", "") == "RGB") and \
         (dtype is None or np.dtype(dtype) == np.uint8)
-    # Baseline colour JPEGs go to the hardware engines through nvJPEG (one GIL-free call per
-    # batch, on the decoder's own thread); the rest (progressive, gray, EXIF-rotated) to the CPU.
+    # Baseline JPEGs go to the hardware engines through nvJPEG (one GIL-free call per
+    # batch, on the decoder's own thread); the rest (progressive, EXIF-rotated) to the CPU.
     hw = st.hardware() if on_gpu and not gray else None
     if hw is not None:
         from stoker.operators.decoders._hardware_path import prepare_hardware
