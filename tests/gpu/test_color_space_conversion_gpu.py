@@ -9,7 +9,7 @@ with a NumPy model of the kernel), so there: at most 1 level, on a tiny share of
 import cv2
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -23,10 +23,6 @@ SPACES = [T.RGB, T.BGR, T.YCbCr, T.GRAY]
 PAIRS = [(s, d) for s in SPACES for d in SPACES]
 EXACT = {(s, d) for s, d in PAIRS if T.YCbCr not in (s, d) or s == d}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _gpu_color_space_conversion():
-    load_pending("stoker.operators.color.gpu_color_space_conversion")
 
 
 def _both(src, dst, images, layout="HWC", kernel=True):

@@ -5,7 +5,7 @@ GPU output must equal the CPU's exactly."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 from stoker.errors import OperatorError
@@ -13,10 +13,6 @@ from stoker.operators import gpu_registry
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _gpu_erase():
-    load_pending("stoker.operators.image.gpu_erase")
 
 
 def _const(values, dtype=np.float32):

@@ -8,7 +8,7 @@ outputs may differ in their last bit (rtol 1e-4, atol 1e-5), float16 outputs by 
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -38,10 +38,6 @@ CASES = {
     "float_out": dict(dtype=types.FLOAT, shift=0.5),
 }
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _gpu_normalize():
-    load_pending(MODULE)
 
 
 def _run(images, build, gpu, layout="HWC"):

@@ -5,7 +5,7 @@ sizes. Slicing is a copy, so the results must be equal; errors must name the sam
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -13,10 +13,6 @@ from stoker.errors import OperatorError
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _gpu_slice():
-    load_pending("stoker.operators.image.gpu_slice")
 
 
 def _compare(build, batch, layout="HWC", kernel=True):
