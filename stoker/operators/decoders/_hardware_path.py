@@ -118,6 +118,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
             eligible.append(i)
         sizes[i] = h, w
     wins = _windows(op, kind, batch, arg_inputs, sizes)
+    st.timing["prep_scan_s"] += time.perf_counter() - clock["prepare"]  # headers and windows
     shapes = np.zeros((n, 3), np.int64)
     for i, win in enumerate(wins):
         if win is not None:
@@ -157,12 +158,14 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     engine_parts = _split(hw_idx, len(st.lanes))
 
     def submit_gpu_jobs():
+        t_jobs = time.perf_counter()
         for lane, part in enumerate(engine_parts):
             jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, wins, part, out, offsets, stream,
                                                        -(-n // len(st.lanes)), st.lanes[lane], clock))
         if hyb_idx:
             jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets,
                                                           hyb_fixed, device_id))
+        st.timing["prep_engines_stage_s"] += time.perf_counter() - t_jobs
 
     if not _HELPERS_FIRST:
         submit_gpu_jobs()
@@ -183,7 +186,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
         from stoker.operators.decoders._decode_worker import turbo_suitable
 
         # The share moved off the engines, and the JPEGs they cannot take that libjpeg-turbo
-        # decodes as the CPU decoder would (progressive, grayscale; not EXIF-rotated ones).
+        # decodes as the CPU decoder would (progressive ones; not EXIF-rotated ones).
         chosen = set(moved)
         proc_idx = [i for i in cpu_idx if i in chosen or (wins[i] is not None and turbo_suitable(arrays[i]))]
     if proc_idx:
@@ -212,6 +215,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
     job_idx = {f"hw{lane}": part for lane, part in enumerate(engine_parts)}
     job_idx["hybrid"] = hyb_idx
     redone = _engines_refusal(op, kind, batch, enc, heads, wins, arg_inputs, jobs, job_idx)
+    st.timing["prep_s"] += time.perf_counter() - clock["prepare"]
     return {"hardware": True, "cancel": out.cancel, "n": n, "enc": enc, "heads": heads, "wins": wins, "gray": False,
             "out": out, "redone": redone, "job_idx": job_idx, "clock": clock,
             "hw_idx": hw_idx, "hyb_idx": hyb_idx, "cpu_idx": pool_idx, "futures": futures, "tasks": tasks,
@@ -407,6 +411,9 @@ def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, lane, clock):
             done = cp.cuda.Event(disable_timing=True)
             done.record(own_stream)
         t_end = time.perf_counter()
+        if error is None:  # where the call's time went: the staging copy, the stream, nvJPEG
+            waits = dict(zip(("hw_copy_wait_s", "hw_ready_wait_s", "hw_call_only_s"), decoder.last_run))
+            st.timing.update(waits)
         st.timing["hw_decode_call_s"] += t_end - t0  # from the job's start
         st.timing["hw_engines_s"] += t_end - t_call  # nvJPEG's call alone
         clock["engines_start"] = min(clock.get("engines_start", t_call), t_call)
