@@ -82,3 +82,49 @@ def test_staged_bitstreams_land_at_the_pointers_the_call_gets():
         np.testing.assert_array_equal(got, d)
     block_lo = ctypes.addressof(ctypes.c_char.from_buffer(call.pinned[1]))
     assert all(block_lo <= p < block_lo + call.pinned[0] for p in staged.tolist())
+
+
+def test_copies_split_into_pieces_of_about_equal_bytes():
+    """A batch's span is cut for several copy threads; the pieces cover every byte once, in
+    order, and small copies are not cut below the grain."""
+    from stoker.backend.nvjpeg import _split_copies
+
+    copies = [(1000, 50_000, 10_000), (20_000, 90_000, 3_000), (40_000, 10, 7)]
+    parts = _split_copies(copies, 4, grain=2_000)
+    assert len(parts) == 4 and all(sum(n for _, _, n in p) <= 3_253 for p in parts)
+    pieces = [piece for part in parts for piece in part]
+    for to, src, length in copies:  # each copy is covered by consecutive pieces, start to end
+        mine = [p for p in pieces if to <= p[0] < to + length]
+        assert mine[0][0] == to and sum(n for _, _, n in mine) == length
+        assert all(p[1] - src == p[0] - to for p in mine)  # the same offset in source and target
+        assert all(a[0] + a[2] == b[0] for a, b in zip(mine, mine[1:]))
+    assert _split_copies([(0, 0, 500)], 4, grain=2_000) == [[(0, 0, 500)]]
+    assert _split_copies([], 4) == []
+
+
+def test_staging_with_several_copy_threads(monkeypatch):
+    """The same bytes land at the call's pointers when one span is copied in pieces by four threads."""
+    import ctypes
+
+    import numpy as np
+
+    from stoker.backend.nvjpeg import HardwareDecoder, StagedCall
+
+    monkeypatch.setenv("STOKER_NVJPEG_COPY_THREADS", "4")
+    decoder = object.__new__(HardwareDecoder)
+    decoder._staging, _ = _staging()
+    decoder._copier = None
+    rng = np.random.default_rng(1)
+    batch = rng.integers(0, 256, 5 << 20, dtype=np.uint8)
+    cuts = np.sort(rng.choice(np.arange(1, batch.size), 40, replace=False))
+    datas = [batch[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, len(datas))
+    sizes = np.fromiter((d.nbytes for d in datas), np.uint64, len(datas))
+    call = StagedCall()
+    staged = decoder._stage_bytes(call, datas, ptrs, sizes)
+    assert len(call.copied.futures) == 4
+    call.copied.result()
+    assert call.copied.exception() is None
+    decoder._copier.shutdown()
+    for p, d in zip(staged.tolist(), datas):
+        np.testing.assert_array_equal(np.frombuffer((ctypes.c_uint8 * d.size).from_address(p), np.uint8), d)
