@@ -178,51 +178,6 @@ def _root_buffer(a: np.ndarray):
     return a
 
 
-def _copy(pieces: list) -> None:
-    for to, src, length in pieces:
-        ctypes.memmove(to, src, length)  # (ctypes drops the GIL for the copy)
-
-
-def _split_copies(copies: list, parts: int, grain: int = 1 << 20) -> list[list]:
-    """``copies`` [(to, from, length)] cut into up to ``parts`` lists of about equal bytes, no
-    piece under ``grain`` bytes unless its copy is: one memmove of a batch's span (about 20 MB on
-    the benchmark set) took 1.3-4 ms of the engines' time per batch waiting for it (H100,
-    2026-11-25), and pieces copied at once by several threads end sooner."""
-    total = sum(length for _, _, length in copies)
-    share = max(grain, -(-total // max(1, parts)))
-    out: list[list] = [[]]
-    room = share
-    for to, src, length in copies:
-        pos = 0
-        while pos < length:
-            take = min(length - pos, room)
-            out[-1].append((to + pos, src + pos, take))
-            pos += take
-            room -= take
-            if room == 0:
-                out.append([])
-                room = share
-    return [part for part in out if part]
-
-
-class _Copies:
-    """The futures of one call's staging copies, waited for as one."""
-
-    __slots__ = ("futures",)
-
-    def __init__(self, futures: list):
-        self.futures = futures
-
-    def result(self) -> None:
-        for f in self.futures:
-            f.result()
-
-    def exception(self):
-        """The first copy's error once all have ended (None when they all succeeded)."""
-        errors = [f.exception() for f in self.futures]
-        return next((e for e in errors if e is not None), None)
-
-
 class StagedCall:
     """The argument arrays of one batched call, built ahead of it by :meth:`HardwareDecoder.stage`
     so that the thread feeding the engines runs almost no Python between calls."""
@@ -319,7 +274,7 @@ class HardwareDecoder:
         self._all_params: list[ctypes.c_void_p] = []
         self._params_lock = threading.Lock()
         self._staging = PinnedStaging(self.cp) if os.environ.get("STOKER_NVJPEG_PINNED", "1") != "0" else None
-        self._copier = None  # the threads that copy staged bitstreams into pinned blocks
+        self._copier = None  # the thread that copies staged bitstreams into pinned blocks
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
@@ -416,15 +371,14 @@ class HardwareDecoder:
 
     def _stage_bytes(self, call: StagedCall, datas: list, ptrs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Start copying the call's bitstreams into a pinned block; returns their pointers there
-        (``call.copied`` holds the copies' futures: :meth:`run` waits for them).
+        (``call.copied`` is the copy's future: :meth:`run` waits for it).
 
         Samples that are views of one buffer (a reader's batch: one shared mapping) are copied as
         the one span that covers them, in a single GIL-free ``memmove``: copying them one by one
         gave the GIL up and back per sample, and the training pipeline lost 10 % (H100,
         2026-11-25). The copy runs on a thread of its own: on the CPU stage's thread it took
         about 4 ms of the stage's 16.7 per batch, and the CPU stage set the training pipeline's
-        pace (benchmarks/gpu_stage_profile.py, H100, 2026-11-25). The span is cut into pieces
-        copied by ``STOKER_NVJPEG_COPY_THREADS`` threads (default 4; :func:`_split_copies`)."""
+        pace (benchmarks/gpu_stage_profile.py, H100, 2026-11-25)."""
         groups: dict = {}
         for i, d in enumerate(datas):
             groups.setdefault(id(_root_buffer(d)), []).append(i)
@@ -445,13 +399,15 @@ class HardwareDecoder:
             out[idx] = dst + pos + (ptrs[idx] - lo)
             pos += length
 
-        threads = max(1, int(os.environ.get("STOKER_NVJPEG_COPY_THREADS", "4") or 4))
+        def copy():
+            for to, src, length in copies:
+                ctypes.memmove(to, src, length)
+
         if getattr(self, "_copier", None) is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._copier = ThreadPoolExecutor(threads, thread_name_prefix="stoker-nvjpeg-copy")
-        # call.keep holds the sources until every piece is copied
-        call.copied = _Copies([self._copier.submit(_copy, part) for part in _split_copies(copies, threads)])
+            self._copier = ThreadPoolExecutor(1, thread_name_prefix="stoker-nvjpeg-copy")
+        call.copied = self._copier.submit(copy)  # call.keep holds the sources until it is done
         return out
 
     def run(self, call: StagedCall, dst_ptrs, stream, ready=None) -> None:
