@@ -1,11 +1,20 @@
 """Helpers of the GPU operator tests: a small pipeline run on either device, compared with the
-CPU's."""
+CPU's, and loading a GPU module that is still pending (gpu_registry.PENDING_GPU_MODULES: written
+without a GPU at hand)."""
+
+import importlib
 
 import numpy as np
 
 import stoker.fn as fn
 from stoker import pipeline_def
 from stoker.operators import gpu_registry
+
+
+def load_pending(module: str) -> None:
+    """Load a pending GPU module whatever STOKER_GPU_PENDING says."""
+    importlib.import_module(module)
+    gpu_registry.load_gpu_impls()
 
 
 def run_pipeline(build, sources, gpu: bool, layout: str = "HWC", iterations: int = 1, seed: int = 1):
