@@ -182,6 +182,23 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
             assert np.abs(g.astype(int) - want).max() <= 2
 
 
+@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
+def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, rng, monkeypatch):
+    """STOKER_NVJPEG_STREAM=own: the engines' call goes on a stream of its own, after an event on
+    the pipeline's stream; the GPU stage waits for its end. Same images as on the pipeline's stream."""
+    imgs = _smooth_images(rng, 9)
+    enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
+    got_pipeline, _ = _run(_hw_op(), kind, enc, batch_ctx)
+    monkeypatch.setenv("STOKER_NVJPEG_STREAM", "own")
+    op = _hw_op()
+    assert len(op._mixed_state.lanes) == 1 and op._mixed_state.lanes[0][1] is not None
+    for _ in range(2):
+        got_own, tl = _run(op, kind, enc, batch_ctx)
+        assert tl._flat is not None
+        for a, b in zip(got_pipeline, got_own):
+            assert a.shape == b.shape and np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("handles", ["own", "shared"])
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
 def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, handles, batch_ctx, rng, monkeypatch):

@@ -195,10 +195,16 @@ class _State:
                     logging.getLogger("stoker").warning(
                         "STOKER_NVJPEG_LANES=%d is experimental: a pipeline once stopped with two engine calls "
                         "in flight (benchmarks/RESULTS.md, session 6)", lanes)
+                # STOKER_NVJPEG_STREAM=own (to measure): a single lane calls on a stream of its own
+                # too, ordered after the buffer's allocation by an event, so that nothing the GPU
+                # stage queues on the pipeline's stream meanwhile can hold the call up.
+                own = os.environ.get("STOKER_NVJPEG_STREAM", "pipeline").strip().lower()
+                if own not in ("own", "pipeline"):
+                    raise ValueError(f"STOKER_NVJPEG_STREAM must be 'own' or 'pipeline', not {own!r}")
                 cp = _cupy_mod()
                 with cp.cuda.Device(self.device_id):
-                    self.lanes = [(self.hw, None if lanes == 1 else cp.cuda.Stream(non_blocking=True),
-                                   threading.Lock())]
+                    alone = lanes == 1 and own == "pipeline"
+                    self.lanes = [(self.hw, None if alone else cp.cuda.Stream(non_blocking=True), threading.Lock())]
                     # STOKER_NVJPEG_LANE_HANDLES=shared: the lanes share the first decoder's nvJPEG
                     # handle, each with its own state (the other way to meet nvJPEG's rules for
                     # threads; to try against the hang above).
