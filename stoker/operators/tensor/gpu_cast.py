@@ -18,8 +18,10 @@ def cast_array(x, dtype):
         x64 = x.astype(cp.float64)  # halves round away from zero, as the CPU cast (and DALI)
         return cp.clip(cp.trunc(x64 + cp.copysign(0.5, x64)), info.min, info.max).astype(dtype)
     if dtype.kind in "iu" and x.dtype.kind in "iu" and not np.can_cast(x.dtype, dtype):
-        info = np.iinfo(dtype)
-        return cp.clip(x, info.min, info.max).astype(dtype)
+        # Bounds inside the source type's range as well: a bound the input type cannot hold
+        # (65535 for int16) may raise under NumPy 2's scalar rules, which CuPy follows.
+        dst, src = np.iinfo(dtype), np.iinfo(x.dtype)
+        return cp.clip(x, max(dst.min, src.min), min(dst.max, src.max)).astype(dtype)
     return x.astype(dtype)
 
 
