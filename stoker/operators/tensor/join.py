@@ -18,15 +18,24 @@ def _common_layout(layouts: list[str]) -> str:
 
 
 class _Join(LayoutAware):
-    def _check_inputs(self, inputs):
-        first = inputs[0]
-        for k, x in enumerate(inputs[1:], 1):
-            if x.dtype != first.dtype:
-                raise self.error(f"{self.schema.name}: input {k} has type {x.dtype.name}, input 0 has "
-                                 f"{first.dtype.name}; all inputs must have the same type")
-            if x.ndim != first.ndim:
-                raise self.error(f"{self.schema.name}: input {k} has {x.ndim} dimensions, input 0 has "
-                                 f"{first.ndim}; all inputs must have the same rank")
+    def _check_inputs(self, shapes: list[tuple], dtypes: list) -> None:
+        for k in range(1, len(shapes)):
+            if dtypes[k] != dtypes[0]:
+                raise self.error(f"{self.schema.name}: input {k} has type {np.dtype(dtypes[k]).name}, input 0 "
+                                 f"has {np.dtype(dtypes[0]).name}; all inputs must have the same type")
+            if len(shapes[k]) != len(shapes[0]):
+                raise self.error(f"{self.schema.name}: input {k} has {len(shapes[k])} dimensions, input 0 has "
+                                 f"{len(shapes[0])}; all inputs must have the same rank")
+
+    def plan(self, shapes: list[tuple], dtypes: list, layout: str) -> tuple[int, tuple]:
+        """``(axis, output shape)`` for one sample of each input (their ``shapes`` and ``dtypes``;
+        ``layout``, the first input's); raises the sample's error. Shared with the GPU operator,
+        which needs no data for it."""
+        raise NotImplementedError
+
+    def run_sample(self, inputs, args, ctx):
+        axis, _ = self.plan([x.shape for x in inputs], [x.dtype for x in inputs], self.layout_of(args))
+        return self.join(inputs, axis)
 
 
 @register
@@ -42,15 +51,17 @@ class Cat(_Join):
         devices=("cpu",),
     )
 
-    def run_sample(self, inputs, args, ctx):
-        self._check_inputs(inputs)
-        ndim = inputs[0].ndim
-        axis = self._axis(ndim, self.layout_of(args))
-        try:
-            return np.concatenate(inputs, axis=axis)
-        except ValueError:
-            raise self.error(f"cat: the inputs' shapes {[x.shape for x in inputs]} differ outside the "
-                             f"joined axis {axis}") from None
+    join = staticmethod(np.concatenate)
+
+    def plan(self, shapes, dtypes, layout):
+        shapes = [tuple(s) for s in shapes]
+        self._check_inputs(shapes, dtypes)
+        axis = self._axis(len(shapes[0]), layout)
+        rest = [s[:axis] + s[axis + 1:] for s in shapes]
+        # (an axis_name letter beyond the samples' rank fails as NumPy's concatenate failed)
+        if axis >= len(shapes[0]) or any(r != rest[0] for r in rest):
+            raise self.error(f"cat: the inputs' shapes {shapes} differ outside the joined axis {axis}")
+        return axis, (*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1:])
 
     def _axis(self, ndim: int, layout: str) -> int:
         name = self.args["axis_name"]
@@ -85,17 +96,20 @@ class Stack(_Join):
         if name is not None and len(name) != 1:
             raise arg_error("stack", "axis_name", f"must be a single letter, got {name!r}")
 
-    def run_sample(self, inputs, args, ctx):
-        self._check_inputs(inputs)
-        ndim = inputs[0].ndim
+    join = staticmethod(np.stack)
+
+    def plan(self, shapes, dtypes, layout):
+        shapes = [tuple(s) for s in shapes]
+        self._check_inputs(shapes, dtypes)
+        ndim = len(shapes[0])
         axis = self.args["axis"]
         if not -(ndim + 1) <= axis <= ndim:
             raise self.error(f"stack: argument 'axis': {axis} is out of range for {ndim}D samples "
                              f"(0 ... {ndim})")
-        try:
-            return np.stack(inputs, axis=axis)
-        except ValueError:
-            raise self.error(f"stack: the inputs' shapes differ: {[x.shape for x in inputs]}") from None
+        if any(s != shapes[0] for s in shapes):
+            raise self.error(f"stack: the inputs' shapes differ: {shapes}")
+        axis %= ndim + 1
+        return axis, (*shapes[0][:axis], len(shapes), *shapes[0][axis:])
 
     def output_layouts(self, input_layouts):
         lay = _common_layout(input_layouts)

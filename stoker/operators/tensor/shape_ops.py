@@ -33,16 +33,21 @@ class Squeeze(LayoutAware):
         if self.args.get("axes") is None and "axes" in self.args and not self.args["axis_names"]:
             raise arg_error("squeeze", "axes", "give axes or axis_names")
 
-    def run_sample(self, inputs, args, ctx):
-        x = inputs[0]
+    def output_shape(self, shape: tuple, args: dict, layout: str) -> tuple:
+        """The squeezed shape of a sample of ``shape`` (its per-sample ``args``, the batch's
+        ``layout``); raises the sample's error. Shared with the GPU operator (no data needed)."""
         axes = args.get("axes")
         axes = None if axes is None else np.asarray(axes).reshape(-1).tolist()
-        sel = resolve_axes("squeeze", axes, self.args["axis_names"], self.layout_of(args), x.ndim)
+        sel = resolve_axes("squeeze", axes, self.args["axis_names"], layout, len(shape))
         for a in sel:
-            if x.shape[a] != 1:
-                raise self.error(f"squeeze: argument 'axes': axis {a} has extent {x.shape[a]}, not 1 "
-                                 f"(sample shape {x.shape})")
-        return x.reshape([s for i, s in enumerate(x.shape) if i not in set(sel)])
+            if shape[a] != 1:
+                raise self.error(f"squeeze: argument 'axes': axis {a} has extent {shape[a]}, not 1 "
+                                 f"(sample shape {shape})")
+        return tuple(s for i, s in enumerate(shape) if i not in set(sel))
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        return x.reshape(self.output_shape(x.shape, args, self.layout_of(args)))
 
     def output_layouts(self, input_layouts):
         lay = input_layouts[0] if input_layouts else ""
@@ -78,14 +83,20 @@ class ExpandDims(LayoutAware):
             raise arg_error("expand_dims", "new_axis_names",
                             f"has {len(names)} letters for {len(axes)} axes")
 
-    def run_sample(self, inputs, args, ctx):
-        x = inputs[0]
+    def output_shape(self, shape: tuple) -> tuple:
+        """The shape of a sample of ``shape`` with the new axes (as ``np.expand_dims``); raises the
+        sample's error. Shared with the GPU operator (no data needed)."""
         axes = self.args["axes"]
-        ndim = x.ndim + len(axes)
+        ndim = len(shape) + len(axes)
         if max(axes) >= ndim:
             raise self.error(f"expand_dims: argument 'axes': {max(axes)} is out of range for a "
-                             f"{x.ndim}D sample ({ndim} dimensions after expansion)")
-        return np.expand_dims(x, tuple(axes))
+                             f"{len(shape)}D sample ({ndim} dimensions after expansion)")
+        new, rest = set(axes), iter(shape)
+        return tuple(1 if d in new else next(rest) for d in range(ndim))
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        return x.reshape(self.output_shape(x.shape))
 
     def output_layouts(self, input_layouts):
         lay = input_layouts[0] if input_layouts else ""
@@ -122,22 +133,31 @@ class Reinterpret(LayoutAware):
         if len(given) > 1:
             raise arg_error("reinterpret", given[1], f"cannot be given together with {given[0]}")
 
-    def run_sample(self, inputs, args, ctx):
-        x = inputs[0] if inputs[0].flags.c_contiguous else inputs[0].copy()
-        in_shape = x.shape  # rel_shape and src_dims refer to the input's extents
+    def output_shape(self, in_shape: tuple, in_dtype, args: dict, shape_input=None) -> tuple:
+        """``(element type, shape)`` of the output for a C-contiguous sample of ``in_shape`` and
+        ``in_dtype`` (its per-sample ``args``; ``shape_input``, the second input's sample, if
+        any). Raises the sample's error. The output is always the sample's bytes read as that
+        type and shape, so the GPU operator makes it from this without touching the data."""
+        in_shape = tuple(int(s) for s in in_shape)
+        in_dtype = np.dtype(in_dtype)
+        out_dtype, view_shape = in_dtype, in_shape
         dtype = self.args["dtype"]
-        if dtype is not None and dtype != x.dtype:
-            nbytes = x.nbytes
-            if x.ndim and (x.shape[-1] * x.dtype.itemsize) % np.dtype(dtype).itemsize == 0:
-                x = x.view(dtype)
-            elif nbytes % np.dtype(dtype).itemsize == 0:
-                x = x.reshape(-1).view(dtype)
+        if dtype is not None and dtype != in_dtype:
+            # The shape NumPy's view gives: the last extent rescaled where its bytes divide evenly,
+            # else the whole sample flattened.
+            item, new = in_dtype.itemsize, np.dtype(dtype).itemsize
+            nbytes = int(np.prod(in_shape, dtype=np.int64)) * item
+            if in_shape and (in_shape[-1] * item) % new == 0:
+                view_shape = (*in_shape[:-1], in_shape[-1] * item // new)
+            elif nbytes % new == 0:
+                view_shape = (nbytes // new,)
             else:
                 raise self.error(f"reinterpret: argument 'dtype': {nbytes} bytes are not a whole number "
                                  f"of {np.dtype(dtype).name} elements")
+            out_dtype = np.dtype(dtype)
         shape = None
-        if len(inputs) > 1:
-            shape = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+        if shape_input is not None:
+            shape = [int(v) for v in np.asarray(shape_input).reshape(-1)]
         elif args.get("shape") is not None:
             shape = [int(v) for v in np.asarray(args["shape"]).reshape(-1)]
         elif args.get("rel_shape") is not None:
@@ -146,22 +166,52 @@ class Reinterpret(LayoutAware):
         elif args.get("src_dims") is not None:
             shape = [in_shape[d] if d >= 0 else 1 for d in np.asarray(args["src_dims"]).reshape(-1)]
         if shape is None:
-            return x
-        try:
-            return x.reshape(shape)
-        except ValueError:
-            raise self.error(f"reinterpret: argument 'shape': cannot view {x.size} {x.dtype.name} elements "
-                             f"(shape {x.shape}) as shape {shape}") from None
+            return out_dtype, view_shape
+        size = int(np.prod(view_shape, dtype=np.int64))
+        out_shape = reshaped(size, shape)
+        if out_shape is None:
+            raise self.error(f"reinterpret: argument 'shape': cannot view {size} {out_dtype.name} elements "
+                             f"(shape {view_shape}) as shape {shape}")
+        return out_dtype, out_shape
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0] if inputs[0].flags.c_contiguous else inputs[0].copy()
+        dtype, shape = self.output_shape(x.shape, x.dtype, args, inputs[1] if len(inputs) > 1 else None)
+        return x.reshape(-1).view(dtype).reshape(shape)
+
+    def output_layout(self, in_layout: str, num_samples: int, ndim: int) -> str:
+        """The output layout for a batch of ``num_samples`` samples of ``ndim`` dimensions;
+        raises when the ``layout`` argument does not fit. Shared with the GPU operator."""
+        layout = self.args["layout"]
+        if layout is None:  # the input's layout survives when the rank does, as in DALI
+            layout = in_layout if num_samples and len(in_layout) == ndim else ""
+        if layout and num_samples and len(layout) != ndim:
+            raise arg_error("reinterpret", "layout", f"{layout!r} does not fit {ndim}D output samples")
+        return layout
 
     def run_cpu(self, batch, inputs, arg_inputs):
         out, = super().run_cpu(batch, inputs, arg_inputs)
-        layout = self.args["layout"]
-        if layout is None:  # the input's layout survives when the rank does, as in DALI
-            in_lay = inputs[0].layout()
-            layout = in_lay if len(out) and len(in_lay) == out.ndim else ""
-        if layout and len(out) and len(layout) != out.ndim:
-            raise arg_error("reinterpret", "layout", f"{layout!r} does not fit {out.ndim}D output samples")
+        layout = self.output_layout(inputs[0].layout(), len(out), out.ndim)
         return [TensorListCPU(out.samples(), layout, out.source_info())]
+
+
+def reshaped(size: int, shape: list[int]) -> tuple | None:
+    """``shape`` for ``size`` elements with its unknown extent worked out, as NumPy's reshape
+    does it (any negative value is the unknown one, -1 by convention); None where NumPy refuses
+    (two unknown extents, a count that does not match, or an unknown beside a zero extent)."""
+    known, unknown = 1, None
+    for i, s in enumerate(shape):
+        if s < 0:
+            if unknown is not None:
+                return None
+            unknown = i
+        else:
+            known *= s
+    if unknown is None:
+        return tuple(shape) if known == size else None
+    if known == 0 or size % known:
+        return None
+    return tuple(size // known if i == unknown else s for i, s in enumerate(shape))
 
 
 @register
