@@ -162,9 +162,8 @@ class _Spread(_Reduction):
 
     def reduce(self, x, axes, extra):
         mean = np.asarray(extra[0], np.float64)
-        kept = np.asarray(_mean(np.zeros(x.shape, np.float32), axes, True)).shape
-        flat = np.asarray(_mean(np.zeros(x.shape, np.float32), axes, False)).shape
-        if mean.shape not in (kept, flat) and mean.size != int(np.prod(kept)):
+        kept, flat = reduced_shapes(x.shape, axes)
+        if not mean_fits(mean.shape, kept, flat):
             raise self.error(f"{self.schema.name}: the mean input has shape {mean.shape}; expected "
                              f"{flat} or {kept} for the reduced axes {list(axes)}")
         d = x.astype(np.float64) - mean.reshape(kept)
@@ -195,6 +194,27 @@ class StdDev(_Spread):
 
     def finish(self, var):
         return np.sqrt(var)
+
+
+def reduced_shapes(shape, axes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(kept, flat)``: the shape of a reduction of a ``shape`` sample over ``axes`` with and
+    without ``keep_dims`` (the shape itself when ``axes`` is empty). Repeated axes raise NumPy's
+    own ValueError, as the reduction itself would."""
+    shape = tuple(int(d) for d in shape)
+    if not axes:
+        return shape, shape
+    np.zeros((1,) * len(shape)).sum(axis=tuple(axes))  # NumPy's check of the axes, on one element
+    kept = tuple(1 if d in axes else s for d, s in enumerate(shape))
+    flat = tuple(s for d, s in enumerate(shape) if d not in axes)
+    return kept, flat
+
+
+def mean_fits(mean_shape, kept, flat) -> bool:
+    """Whether a mean input of ``mean_shape`` serves variance/std_dev: the reduction's shape with
+    or without the reduced axes kept, or any shape with as many values (reshaped, in C order, to
+    the kept shape)."""
+    mean_shape = tuple(int(d) for d in mean_shape)
+    return mean_shape in (kept, flat) or int(np.prod(mean_shape)) == int(np.prod(kept))
 
 
 def _mean(x, axes, keep_dims):
