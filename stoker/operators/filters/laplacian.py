@@ -85,10 +85,22 @@ class Laplacian(LayoutAware):
         img = np.asarray(inputs[0])
         if img.dtype.kind not in "iuf":
             raise self.error(f"expects numeric input, got {img.dtype}")
-        spatial, channel = spatial_layout(self.layout_of(args), img.ndim)
+        spatial, channel, windows = self.windows(args, self.layout_of(args), img.shape)
+        x = as_filter_input(img)
+        total = None
+        for kernels in windows:
+            part = separable_filter(x, spatial, channel, kernels)
+            total = part if total is None else np.add(total, part, out=total)
+        return to_dtype(total, np.dtype(self.args.get("dtype") or img.dtype))
+
+    def windows(self, args: dict, layout: str, shape) -> tuple[list[int], int | None, list[list[np.ndarray]]]:
+        """(spatial axes, channel axis, windows) of one sample of ``shape``: ``windows[i][j]`` is the
+        float32 window of partial derivative ``i`` along spatial axis ``j`` (its scale folded into the
+        derivative window). Raises the sample's argument errors; shared with the GPU laplacian."""
+        spatial, channel = spatial_layout(layout, len(shape))
         n = len(spatial)
         if n == 0:
-            raise self.error(f"has no spatial axes in a sample of shape {img.shape}")
+            raise self.error(f"has no spatial axes in a sample of shape {tuple(shape)}")
         if args is not self.args:
             for name, lo in (("window_size", 3), ("smoothing_size", 1)):
                 bad = self._bad_sizes(args.get(name), lo)
@@ -99,8 +111,7 @@ class Laplacian(LayoutAware):
         smooth = [int(s) for s in per_axis(self, smooth, n, "smoothing_size")] if smooth is not None else None
         scale = args.get("scale")
         scales = per_axis(self, scale, n, "scale") if scale is not None else [1.0] * n
-        x = as_filter_input(img)
-        total = None
+        out = []
         for i in range(n):
             sizes = [windows[i] if smooth is None else smooth[j] for j in range(n)]
             sizes[i] = windows[i]
@@ -109,6 +120,5 @@ class Laplacian(LayoutAware):
                 kernels[i] = kernels[i] * np.float32(2.0 ** (-sum(sizes) + n + 2))
             elif scales[i] != 1.0:
                 kernels[i] = kernels[i] * np.float32(scales[i])
-            part = separable_filter(x, spatial, channel, kernels)
-            total = part if total is None else np.add(total, part, out=total)
-        return to_dtype(total, np.dtype(self.args.get("dtype") or img.dtype))
+            out.append(kernels)
+        return spatial, channel, out

@@ -89,11 +89,12 @@ class WarpPerspective(Operator):
             return out[0] if layout == "CHW" else out
         return self._warp_image(img, inputs, args)
 
-    def _warp_image(self, img, inputs, args):
+    def geometry(self, args: dict, matrix, in_hw) -> tuple[np.ndarray, int, int]:
+        """(3x3 output-to-input matrix in OpenCV's convention, pixel centres at integers; output H;
+        output W) of one image of size ``in_hw``: ``matrix`` is the second input's sample or None
+        (then the ``matrix`` argument). Raises the sample's argument errors; shared with the GPU warp."""
         name = self.schema.name
-        if img.ndim not in (2, 3):
-            raise ValueError(f"{name}: expects HW, HWC, CHW, FHWC or FCHW images, got shape {img.shape}")
-        m = inputs[1] if len(inputs) > 1 else args.get("matrix")
+        m = matrix if matrix is not None else args.get("matrix")
         if m is None:
             raise ValueError(f"{name}: argument 'matrix' is required (or a matrix as the second input)")
         m = np.asarray(m, np.float64).reshape(-1)
@@ -112,7 +113,14 @@ class WarpPerspective(Operator):
             if out_h < 0 or out_w < 0:
                 raise ValueError(f"{name}: argument 'size' must not be negative, got {[out_h, out_w]}")
         else:
-            out_h, out_w = img.shape[:2]
+            out_h, out_w = in_hw
+        return m, out_h, out_w
+
+    def _warp_image(self, img, inputs, args):
+        name = self.schema.name
+        if img.ndim not in (2, 3):
+            raise ValueError(f"{name}: expects HW, HWC, CHW, FHWC or FCHW images, got shape {img.shape}")
+        m, out_h, out_w = self.geometry(args, inputs[1] if len(inputs) > 1 else None, img.shape[:2])
         src = img if img.dtype in _CV_TYPES else img.astype(np.float32)
         nc = src.shape[2] if src.ndim == 3 else 1
         fill = self.args["fill_value"] or [0.0]
