@@ -42,8 +42,14 @@ GPU_MODULES = (
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
-# GPU; then the module moves to GPU_MODULES. (Empty: the last five passed on an H100, 2026-11-25.)
-PENDING_GPU_MODULES: tuple[str, ...] = ()
+# GPU; then the module moves to GPU_MODULES.
+PENDING_GPU_MODULES: tuple[str, ...] = (
+    "stoker.operators.tensor.gpu_shape_join",
+    "stoker.operators.tensor.gpu_lookup",
+    "stoker.operators.tensor.gpu_reductions",
+    "stoker.operators.image.gpu_warp_perspective",
+    "stoker.operators.filters.gpu_laplacian",
+)
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
