@@ -1,7 +1,7 @@
 """Where a GPU pipeline's time goes: per-stage and per-operator host time, and a sampling
 profile of every thread (what each stage thread is doing or waiting for).
 
-    python benchmarks/gpu_stage_profile.py DATA_DIR [--kinds train,val] [--seconds 4] [--profile]
+    python benchmarks/gpu_stage_profile.py DATA_DIR [--kinds train,val] [--seconds 4] [--profile] [--replay N]
 
 Runs the standard training / validation pipelines of shared/bench/gpu_bench.py
 (batch 256, 16 threads) for ``--seconds`` each after a warm-up and prints
@@ -9,7 +9,9 @@ images/s, milliseconds per batch of each executor stage and operator, and the
 mixed decoder's own timers (hardware call, waits). ``--profile`` adds a
 statistical profile: every 3 ms the innermost frame of each thread is counted,
 grouped by thread (pool, stage threads, decoder thread, reader thread). The
-sampler takes the GIL briefly, so its own run is a little slower.
+sampler takes the GIL briefly, so its own run is a little slower. ``--replay N``
+records the engines' next N calls and, once the pipeline is closed, makes them again
+alone on a fresh decoder: data or contention?
 Environment variables of stoker (STOKER_NVJPEG_HW, STOKER_CPU_DECODE_SHARE,
 STOKER_NVJPEG_LANES, STOKER_READER_PROCESS, ...) apply as usual.
 """
@@ -127,6 +129,62 @@ def print_timeline(trace) -> None:
               f"waits; inputs ready {med('inputs_ready', 'gpu_stage')} after", flush=True)
 
 
+def record_engine_calls(keep: int):
+    """Start keeping copies of the inputs of the engines' next ``keep`` calls (bitstreams, windows,
+    padding); returns (the calls, a function that stops recording)."""
+    import numpy as np
+
+    from stoker.backend import nvjpeg
+
+    calls: collections.deque = collections.deque(maxlen=keep)
+    orig = nvjpeg.HardwareDecoder.stage
+
+    def stage(self, datas, windows, fixed_batch=0):
+        if type(self) is nvjpeg.HardwareDecoder:  # (not the hybrid backend's)
+            calls.append(([np.array(d, copy=True) for d in datas],
+                          np.array(windows, np.int64).reshape(len(datas), 4), fixed_batch))
+        return orig(self, datas, windows, fixed_batch)
+
+    nvjpeg.HardwareDecoder.stage = stage
+    return calls, lambda: setattr(nvjpeg.HardwareDecoder, "stage", orig)
+
+
+def replay_engine_calls(calls) -> None:
+    """The recorded calls again, one at a time on a fresh decoder with nothing else running: is
+    nvJPEG's call slower in the pipeline because of its data or because of what runs beside it?
+    Prints nvJPEG's own time per call (as ``mixed.hw_call_only_s``) and with the wait for the
+    engines' end."""
+    import cupy as cp
+    import numpy as np
+
+    from stoker.backend.nvjpeg import HardwareDecoder
+
+    decoder = HardwareDecoder(0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    call_only, to_end = [], []
+    for datas, windows, fixed in calls:
+        sizes = windows[:, 2] * windows[:, 3] * 3
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        with stream:
+            buf = cp.empty(max(int(sizes.sum()), 1), cp.uint8)
+        for rep in range(3):  # the first call of a batch size initializes nvJPEG's state
+            call = decoder.stage(datas, windows, fixed)
+            if call.copied is not None:
+                call.copied.result()  # (the staging copy is not what is timed)
+            t = time.perf_counter()
+            decoder.run(call, buf.data.ptr + offsets, stream)
+            stream.synchronize()
+            if rep:
+                call_only.append(decoder.last_run[2])
+                to_end.append(time.perf_counter() - t)
+    decoder.close()
+    if call_only:
+        images = np.mean([len(d) for d, _, _ in calls])
+        print(f"   replayed alone: {len(calls)} calls of {images:.0f} images (padded to {calls[0][2]}): "
+              f"nvJPEG's call {np.median(call_only) * 1e3:.1f} ms, to the engines' end "
+              f"{np.median(to_end) * 1e3:.1f} ms (medians)", flush=True)
+
+
 def build(kind: str, root: str):
     import stoker.fn as fn
     import stoker.types as types
@@ -158,6 +216,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="train,val")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--replay", type=int, default=0,
+                    help="record the engines' next N calls after the measurement and time them again alone")
     a = ap.parse_args()
     timers: collections.Counter = collections.Counter()
     instrument(timers)
@@ -203,7 +263,15 @@ def main() -> None:
                 print(f"  -- thread {group}: {total} samples")
                 for k, v in counts.most_common(8):
                     print(f"     {100 * v / total:5.1f}% {k}")
+        calls = None
+        if a.replay:
+            calls, stop = record_engine_calls(a.replay)
+            for _ in range(a.replay + 2):  # (the decoder stages up to two batches ahead)
+                pipe.run()
+            stop()
         pipe.close()
+        if calls:
+            replay_engine_calls(list(calls))
 
 
 if __name__ == "__main__":
