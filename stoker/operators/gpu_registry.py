@@ -49,6 +49,7 @@ PENDING_GPU_MODULES: tuple[str, ...] = (
     "stoker.operators.tensor.gpu_reductions",
     "stoker.operators.image.gpu_warp_perspective",
     "stoker.operators.filters.gpu_laplacian",
+    "stoker.operators.image.gpu_distortions",
 )
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU

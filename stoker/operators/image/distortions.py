@@ -82,12 +82,25 @@ class _Displacement(Operator):
 
 
 @lru_cache(maxsize=64)
-def _water_maps(h, w, ax, ay, fx, fy, px, py):
+def water_waves(h: int, w: int, ax: float, ay: float, fx: float, fy: float, px: float,
+                py: float) -> tuple[np.ndarray, np.ndarray]:
+    """The water displacement, which is separable: float32 ``dx`` (H,), the x shift of every row,
+    and ``dy`` (W,), the y shift of every column (read-only; the GPU kernel adds them to the pixel
+    coordinates itself, so both devices use these very values)."""
     x = np.arange(w, dtype=np.float32)
     y = np.arange(h, dtype=np.float32)
     # float32 throughout: the NN pick floors these values, so their rounding matters at pixel edges
     dx = np.float32(ax) * np.sin(np.float32(fx) * y + np.float32(px))  # varies with the row
     dy = np.float32(ay) * np.cos(np.float32(fy) * x + np.float32(py))  # varies with the column
+    dx.flags.writeable = dy.flags.writeable = False
+    return dx, dy
+
+
+@lru_cache(maxsize=64)
+def _water_maps(h, w, ax, ay, fx, fy, px, py):
+    dx, dy = water_waves(h, w, ax, ay, fx, fy, px, py)
+    x = np.arange(w, dtype=np.float32)
+    y = np.arange(h, dtype=np.float32)
     sx = x[None, :] + dx[:, None]
     sy = y[:, None] + dy[None, :]
     sx.flags.writeable = sy.flags.writeable = False
@@ -117,14 +130,20 @@ class Water(_Displacement):
         return _water_maps(h, w, a["ampl_x"], a["ampl_y"], a["freq_x"], a["freq_y"], a["phase_x"], a["phase_y"])
 
 
+def sphere_constants(h: int, w: int) -> tuple[np.float32, np.float32, np.float32]:
+    """``(r, cx, cy)`` of the sphere map of an H x W image, as float32: the radius
+    max(H, W) // 2 (1 for a one-pixel image) and the image centre."""
+    return np.float32(max(h, w) // 2 or 1), np.float32(w / 2), np.float32(h / 2)
+
+
 @lru_cache(maxsize=64)
 def _sphere_maps(h, w):
-    r = np.float32(max(h, w) // 2 or 1)
-    tx = (np.arange(w, dtype=np.float32) + np.float32(0.5) - np.float32(w / 2))[None, :]
-    ty = (np.arange(h, dtype=np.float32) + np.float32(0.5) - np.float32(h / 2))[:, None]
+    r, cx, cy = sphere_constants(h, w)
+    tx = (np.arange(w, dtype=np.float32) + np.float32(0.5) - cx)[None, :]
+    ty = (np.arange(h, dtype=np.float32) + np.float32(0.5) - cy)[:, None]
     scale = np.sqrt(tx * tx + ty * ty) / r
-    sx = scale * tx + np.float32(w / 2)
-    sy = scale * ty + np.float32(h / 2)
+    sx = scale * tx + cx
+    sy = scale * ty + cy
     sx.flags.writeable = sy.flags.writeable = False
     return sx, sy
 
@@ -147,6 +166,14 @@ class Sphere(_Displacement):
         return _sphere_maps(h, w)
 
 
+def jitter_offsets(rng, n_degree: int, h: int, w: int) -> np.ndarray:
+    """One sample's jitter: int64 (2, H, W), the x (``[0]``) and y (``[1]``) shift of every pixel,
+    uniform in [-n_degree // 2, n_degree // 2], drawn from the sample's stream ``rng``. Both
+    devices draw through this function, so a seed gives the same image on either."""
+    half = n_degree // 2
+    return rng.integers(-half, half + 1, size=(2, h, w))
+
+
 @register
 class Jitter(_Displacement):
     """Random per-pixel displacement."""
@@ -167,8 +194,7 @@ class Jitter(_Displacement):
             raise arg_error("jitter", "nDegree", f"must not be negative, got {self.args['nDegree']}")
 
     def source_points(self, h, w, ctx):
-        half = self.args["nDegree"] // 2
-        d = ctx.rng.integers(-half, half + 1, size=(2, h, w)).astype(np.float32)
+        d = jitter_offsets(ctx.rng, self.args["nDegree"], h, w).astype(np.float32)
         # displaced pixel centres: the NN pick is the displaced pixel, linear reads it exactly
         sx = np.arange(w, dtype=np.float32)[None, :] + np.float32(0.5) + d[0]
         sy = np.arange(h, dtype=np.float32)[:, None] + np.float32(0.5) + d[1]
