@@ -33,16 +33,23 @@ class BbFlip(Operator):
         devices=("cpu",),
     )
 
+    def flips(self, shape: tuple, args: dict) -> tuple[bool, bool]:
+        """Whether one sample's boxes (an array of ``shape``) flip horizontally and vertically,
+        from its static or per-sample flags; a size that is not a multiple of 4 raises. Shared
+        by the CPU and GPU implementations."""
+        if int(np.prod(shape, dtype=np.int64)) % 4:
+            raise self.error(f"bb_flip: expected boxes of 4 coordinates, got shape {tuple(shape)}")
+        return bool(int(args.get("horizontal") or 0)), bool(int(args.get("vertical") or 0))
+
     def run_sample(self, inputs, args, ctx):
         src = np.asarray(inputs[0])
-        if src.size % 4:
-            raise self.error(f"bb_flip: expected boxes of 4 coordinates, got shape {src.shape}")
+        flips = self.flips(src.shape, args)
         b = src.reshape(-1, 4).astype(np.float32)
         ltrb = self.args["ltrb"]
         lo = b[:, :2].copy()
         hi = b[:, 2:] if ltrb else lo + b[:, 2:]  # [x, y, w, h] goes through corners, as DALI does
-        for d, key in enumerate(("horizontal", "vertical")):
-            if int(args.get(key) or 0):
+        for d, flip in enumerate(flips):
+            if flip:
                 lo[:, d], hi[:, d] = 1.0 - hi[:, d], 1.0 - lo[:, d]
         return np.concatenate([lo, hi if ltrb else hi - lo], 1).reshape(src.shape)
 
@@ -70,17 +77,25 @@ class CoordFlip(Operator):
         if lay and (len(set(lay)) != len(lay) or set(lay) - set("xyz") or len(lay) > 3):
             raise arg_error("coord_flip", "layout", f"expected a permutation of 'x', 'xy' or 'xyz', got {lay!r}")
 
+    def columns(self, shape: tuple, args: dict) -> list[np.float32 | None]:
+        """For one sample of ``shape`` (N, ndim): per coordinate column, the float32 value it is
+        mirrored by (``2 * center - x``), or None where that column does not flip. A shape or
+        layout that does not fit raises. Shared by the CPU and GPU implementations."""
+        if len(shape) != 2 or not 1 <= shape[1] <= 3:
+            raise self.error(f"coord_flip: expected coordinates of shape (N, 1..3), got {tuple(shape)}")
+        lay = self.args["layout"] or "xyz"[:shape[1]]
+        if len(lay) != shape[1]:
+            raise self.error(f"coord_flip: layout {lay!r} does not match {shape[1]} coordinates per point")
+        return [np.float32(2.0 * float(args[f"center_{axis}"])) if int(args.get(f"flip_{axis}") or 0) else None
+                for axis in lay]
+
     def run_sample(self, inputs, args, ctx):
         c = np.asarray(inputs[0])
-        if c.ndim != 2 or not 1 <= c.shape[1] <= 3:
-            raise self.error(f"coord_flip: expected coordinates of shape (N, 1..3), got {c.shape}")
-        lay = self.args["layout"] or "xyz"[:c.shape[1]]
-        if len(lay) != c.shape[1]:
-            raise self.error(f"coord_flip: layout {lay!r} does not match {c.shape[1]} coordinates per point")
+        columns = self.columns(c.shape, args)
         out = c.astype(np.float32, copy=True)
-        for k, axis in enumerate(lay):
-            if int(args.get(f"flip_{axis}") or 0):
-                out[:, k] = np.float32(2.0 * float(args[f"center_{axis}"])) - out[:, k]
+        for k, twice_center in enumerate(columns):
+            if twice_center is not None:
+                out[:, k] = twice_center - out[:, k]
         return out
 
 
