@@ -50,6 +50,8 @@ PENDING_GPU_MODULES: tuple[str, ...] = (
     "stoker.operators.image.gpu_warp_perspective",
     "stoker.operators.filters.gpu_laplacian",
     "stoker.operators.image.gpu_distortions",
+    "stoker.operators.detection.gpu_boxes",
+    "stoker.operators.image.gpu_grid_mask_paste",
 )
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU

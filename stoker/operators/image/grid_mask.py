@@ -15,17 +15,24 @@ from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 
 
+def grid_mask_params(tile: int, ratio: float, angle: float, shift_x: float, shift_y: float) -> np.ndarray:
+    """The grid's float32 constants ``[ca, sa, sx, sy, r]``: cos and sin of ``angle`` and the
+    shifts, each pre-scaled by 1 / tile, and ``ratio``. Both devices test pixels with these."""
+    inv = np.float32(1.0 / tile)
+    ca, sa = np.float32(np.cos(angle)) * inv, np.float32(np.sin(angle)) * inv
+    return np.array([ca, sa, np.float32(shift_x) * inv, np.float32(shift_y) * inv, np.float32(ratio)], np.float32)
+
+
 def grid_mask_black(h: int, w: int, tile: int, ratio: float, angle: float, shift_x: float,
                     shift_y: float) -> np.ndarray:
     """Boolean (H, W) mask of the pixels the grid zeroes."""
-    inv = np.float32(1.0 / tile)
-    # rotation and shift pre-scaled by 1 / tile; the row's offset first, then the column's term
-    ca, sa = np.float32(np.cos(angle)) * inv, np.float32(np.sin(angle)) * inv
+    ca, sa, sx, sy, r = grid_mask_params(tile, ratio, angle, shift_x, shift_y)
     x = np.arange(w, dtype=np.float32)[None, :]
     y = np.arange(h, dtype=np.float32)[:, None]
-    u = x * ca + (-y * sa - np.float32(shift_x) * inv)
-    v = x * sa + (y * ca - np.float32(shift_y) * inv)
-    r = np.float32(ratio)
+    # every product and sum rounded to float32 on its own, the row's offset first, then the
+    # column's term (kernels/grid_mask_paste.cu repeats this order)
+    u = x * ca + (-y * sa - sx)
+    v = x * sa + (y * ca - sy)
     return ((u - np.floor(u)) < r) & ((v - np.floor(v)) < r)
 
 
@@ -57,17 +64,22 @@ class GridMask(Operator):
     def output_layouts(self, input_layouts):
         return [input_layouts[0]]
 
-    def run_sample(self, inputs, args, ctx):
-        img = inputs[0]
-        if img.ndim not in (2, 3):
-            raise ValueError(f"grid_mask: expects HW or HWC images, got shape {img.shape}")
+    def grid(self, shape: tuple, args: dict) -> tuple:
+        """One sample's checked grid: ``(tile, ratio, angle, shift_x, shift_y)`` for an image of
+        ``shape`` (HW or HWC), from its static or per-sample arguments; raises for a bad shape,
+        tile or ratio. Shared by the CPU and GPU implementations."""
+        if len(shape) not in (2, 3):
+            raise ValueError(f"grid_mask: expects HW or HWC images, got shape {tuple(shape)}")
         tile, ratio = int(args["tile"]), float(args["ratio"])
         if tile <= 0:
             raise ValueError(f"grid_mask: argument 'tile' must be positive, got {tile}")
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"grid_mask: argument 'ratio' must be in [0, 1], got {ratio}")
-        black = grid_mask_black(img.shape[0], img.shape[1], tile, ratio, float(args["angle"]),
-                                float(args["shift_x"]), float(args["shift_y"]))
+        return tile, ratio, float(args["angle"]), float(args["shift_x"]), float(args["shift_y"])
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        black = grid_mask_black(img.shape[0], img.shape[1], *self.grid(img.shape, args))
         out = img.copy()
         out[black] = 0
         return out

@@ -46,11 +46,13 @@ class Paste(Operator):
         if "ratio" in a and a["ratio"] is None:
             raise arg_error("paste", "ratio", "is required")
 
-    def run_sample(self, inputs, args, ctx):
-        img = inputs[0]
+    def canvas(self, shape: tuple, args: dict) -> tuple[int, int, int, int]:
+        """One sample's placement ``(canvas_h, canvas_w, y0, x0)`` for an image of ``shape``,
+        from its static or per-sample arguments; raises for a bad shape, ratio or position.
+        Shared by the CPU and GPU implementations."""
         nc = self.args["n_channels"]
-        if img.ndim != 3 or img.shape[2] != nc:
-            raise ValueError(f"paste: expects HWC images with n_channels={nc} channels, got shape {img.shape}")
+        if len(shape) != 3 or shape[2] != nc:
+            raise ValueError(f"paste: expects HWC images with n_channels={nc} channels, got shape {tuple(shape)}")
         ratio = float(args["ratio"])
         if ratio < 1:
             raise ValueError(f"paste: argument 'ratio' must be at least 1, got {ratio}")
@@ -58,13 +60,24 @@ class Paste(Operator):
         for name, p in (("paste_x", px), ("paste_y", py)):
             if not 0 <= p <= 1:
                 raise ValueError(f"paste: argument '{name}' must be in [0, 1], got {p}")
-        h, w = img.shape[:2]
+        h, w = int(shape[0]), int(shape[1])
         least = float(args.get("min_canvas_size", 0.0))
         out_h = math.floor(max(float(F32(h) * F32(ratio)), least))
         out_w = math.floor(max(float(F32(w) * F32(ratio)), least))
         y0 = math.floor(float(F32(py) * F32(out_h - h)))
         x0 = math.floor(float(F32(px) * F32(out_w - w)))
-        out = np.empty((out_h, out_w, nc), img.dtype)
-        out[...] = c_cast_array(np.asarray(self.args["fill_value"], np.float64), img.dtype)
+        return out_h, out_w, y0, x0
+
+    def fill(self, dtype) -> np.ndarray:
+        """The canvas colour in ``dtype``, one value per channel (C-cast, as DALI)."""
+        values = c_cast_array(np.asarray(self.args["fill_value"], np.float64), dtype)
+        return np.ascontiguousarray(np.broadcast_to(values, (self.args["n_channels"],)))
+
+    def run_sample(self, inputs, args, ctx):
+        img = inputs[0]
+        out_h, out_w, y0, x0 = self.canvas(img.shape, args)
+        h, w = img.shape[:2]
+        out = np.empty((out_h, out_w, self.args["n_channels"]), img.dtype)
+        out[...] = self.fill(img.dtype)
         out[y0:y0 + h, x0:x0 + w] = img
         return out
