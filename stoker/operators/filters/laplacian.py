@@ -86,12 +86,15 @@ class Laplacian(LayoutAware):
         if img.dtype.kind not in "iuf":
             raise self.error(f"expects numeric input, got {img.dtype}")
         spatial, channel, windows = self.windows(args, self.layout_of(args), img.shape)
+        out_dtype = np.dtype(self.args.get("dtype") or img.dtype)
+        if img.size == 0:  # nothing to filter (OpenCV refuses an empty image)
+            return np.zeros(img.shape, out_dtype)
         x = as_filter_input(img)
         total = None
         for kernels in windows:
             part = separable_filter(x, spatial, channel, kernels)
             total = part if total is None else np.add(total, part, out=total)
-        return to_dtype(total, np.dtype(self.args.get("dtype") or img.dtype))
+        return to_dtype(total, out_dtype)
 
     def windows(self, args: dict, layout: str, shape) -> tuple[list[int], int | None, list[list[np.ndarray]]]:
         """(spatial axes, channel axis, windows) of one sample of ``shape``: ``windows[i][j]`` is the

@@ -132,7 +132,7 @@ class WarpPerspective(Operator):
             part = src if nc <= 4 else np.ascontiguousarray(src[..., c0:c0 + 4])
             value = tuple(float(v) for v in fill[c0:c0 + 4])
             out = self._warp(part, m, out_w, out_h, value)
-            planes.append(out.reshape(out_h, out_w, -1))
+            planes.append(out.reshape(out_h, out_w, part.shape[2] if part.ndim == 3 else 1))
         out = planes[0] if len(planes) == 1 else np.concatenate(planes, axis=-1)
         if img.ndim == 2:
             out = out.reshape(out_h, out_w)
@@ -140,8 +140,17 @@ class WarpPerspective(Operator):
 
     def _warp(self, src, m, out_w, out_h, value):
         border = _BORDER[self.args["border_mode"]]
-        if out_w == 0 or out_h == 0:
-            return np.zeros((out_h, out_w) + src.shape[2:], src.dtype)
+        if out_w == 0 or out_h == 0 or src.shape[0] == 0 or src.shape[1] == 0:
+            # No pixel to compute, or none to read: every output pixel lies outside an empty
+            # source, so it takes the fill value whatever the border mode (OpenCV refuses an
+            # empty source), converted as OpenCV converts a border value (rounded, saturated).
+            v = np.asarray(value[:src.shape[2]] if src.ndim == 3 else value[:1], np.float64)
+            if src.dtype.kind in "iu":
+                info = np.iinfo(src.dtype)
+                v = np.clip(np.rint(v), info.min, info.max)
+            out = np.empty((out_h, out_w) + src.shape[2:], src.dtype)
+            out[...] = v.astype(src.dtype) if src.ndim == 3 else v[0].astype(src.dtype)
+            return out
         flags = _INTERP[self.args["interp_type"]] | cv2.WARP_INVERSE_MAP
         return cv2.warpPerspective(src, m, (out_w, out_h), flags=flags, borderMode=border, borderValue=value)
 

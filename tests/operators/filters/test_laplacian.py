@@ -50,3 +50,13 @@ def test_errors(images):
         run_op("stoker", "laplacian", [images["rgb"]], scale=2.0, normalized_kernel=True)
     with pytest.raises(PipelineBuildError, match="laplacian.*'smoothing_size'"):
         run_op("stoker", "laplacian", [images["rgb"]], smoothing_size=25)
+
+
+def test_empty_samples_give_empty_outputs(images):
+    """An image of no rows (or no columns) has nothing to filter: its output is empty, of the output
+    type, and the other samples are filtered as usual (OpenCV alone refuses an empty image)."""
+    batch = [np.zeros((0, 7, 3), np.uint8), images["rgb"], np.zeros((5, 0), np.uint8)[..., None].repeat(3, 2)]
+    out = run_op("stoker", "laplacian", batch, dtype=types.FLOAT)
+    assert out[0].shape == (0, 7, 3) and out[2].shape == (5, 0, 3)
+    assert out[0].dtype == out[2].dtype == np.float32
+    np.testing.assert_array_equal(out[1], run_op("stoker", "laplacian", [images["rgb"]], dtype=types.FLOAT)[0])

@@ -78,6 +78,28 @@ def test_bad_arguments():
         run_graph("stoker", lambda fn, t, x: fn.warp_perspective(x, matrix=[0] * 9, inverse_map=False), IMGS)
 
 
+def test_empty_sources_and_outputs():
+    """An empty output size gives an empty image with the input's channels; an empty source leaves
+    every output pixel outside it, so all take the fill value (rounded and saturated like OpenCV's
+    border value), whatever the border mode. The other samples are warped as usual."""
+    img = IMGS[0]
+    batch = [np.zeros((0, 9, 3), np.uint8), img]
+    for border in ("constant", "replicate"):
+        (o, _), = run_graph("stoker", lambda fn, t, x, b=border: fn.warp_perspective(
+            x, matrix=M, size=[4, 5], fill_value=[300.7], border_mode=b), batch, layouts=["HWC"])
+        assert o[0].shape == (4, 5, 3) and o[0].dtype == np.uint8 and (o[0] == 255).all()
+        (want, _), = run_graph("stoker", lambda fn, t, x, b=border: fn.warp_perspective(
+            x, matrix=M, size=[4, 5], fill_value=[300.7], border_mode=b), [img], layouts=["HWC"])
+        np.testing.assert_array_equal(o[1], want[0])
+    (o, _), = run_graph("stoker", lambda fn, t, x: fn.warp_perspective(x, matrix=M, size=[0, 6]), [img, img],
+                        layouts=["HWC"])
+    assert [a.shape for a in o] == [(0, 6, img.shape[2])] * 2
+    gray = [np.zeros((5, 0), np.float32), np.ones((3, 3), np.float32)]
+    (o, _), = run_graph("stoker", lambda fn, t, x: fn.warp_perspective(x, matrix=M, size=[2, 2], fill_value=[-1.5]),
+                        gray, layouts=["HW"])
+    np.testing.assert_array_equal(o[0], np.full((2, 2), -1.5, np.float32))
+
+
 @pytest.mark.oracle
 def test_planar_and_sequences_match_dali():
     chw = [np.ascontiguousarray(i.transpose(2, 0, 1)) for i in IMGS]
