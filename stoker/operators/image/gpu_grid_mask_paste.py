@@ -61,68 +61,58 @@ def paste_tables(shapes, canvases, channels: int):
     return itab, out_shapes
 
 
-def _device_batch(x):
-    """Whether ``x`` is a device batch (a host one can reach a GPU function in a direct call)."""
-    from stoker.tensors_gpu import TensorListGPU
-
-    return isinstance(x, TensorListGPU)
-
-
-@register_gpu("grid_mask")
-def gpu_grid_mask(op, batch, inputs, arg_inputs):
-    """``fn.grid_mask`` on GPU batches: one flat output buffer, one launch."""
+def _one_launch(op, batch, inputs, arg_inputs, kernel: str, tables):
+    """The shared frame of both operators: the batch (made contiguous) into one flat output
+    buffer, one launch of ``grid_mask_paste.<kernel>_<element size>``. ``tables(x, shapes, dtype)``
+    returns ``(itab, output shapes, extra)``, ``extra()`` the further kernel arguments (made only when
+    there is something to launch), ``itab`` with each sample's output
+    element count in column 2 and its pointers (set here) in columns 0 and 1."""
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
-    if not _device_batch(x):
+    if not isinstance(x, TensorListGPU):  # a host batch (only in a direct call)
         return host_fallback(op, batch, inputs, arg_inputs)
     layout = op.output_layouts([x.layout()])[0]
     if len(x) == 0:
         return [TensorListGPU([], layout, [])]
     x = contiguous_samples(x)
     shapes = [tuple(int(e) for e in s) for s in x.shape()]
-    grids = per_sample(op, batch, len(x), lambda i: op.grid(shapes[i], op.sample_args(arg_inputs, i)))
-    itab, ftab = grid_mask_tables(shapes, grids)
     dtype = np.dtype(types.to_numpy_type(x.dtype))
-    sizes = itab[:, 2]
-    buf, offsets, out = flat_output(shapes, sizes, dtype, layout, x.source_info())
-    if not sizes.any():
-        return [out]
-    itab[:, 0] = x.geometry()[0]
-    itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
-    grid, block = grid_for(int(sizes.max()), len(x))
-    kernel = cuda.load_kernel("grid_mask_paste", f"grid_mask_{dtype.itemsize}")
-    kernel(grid, block, (upload_table(itab, batch), upload_table(ftab, batch)))
-    return [out]
-
-
-@register_gpu("paste")
-def gpu_paste(op, batch, inputs, arg_inputs):
-    """``fn.paste`` on GPU batches: every canvas in one flat output buffer, one launch."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    x = inputs[0]
-    if not _device_batch(x):
-        return host_fallback(op, batch, inputs, arg_inputs)
-    layout = op.output_layouts([x.layout()])[0]
-    if len(x) == 0:
-        return [TensorListGPU([], layout, [])]
-    x = contiguous_samples(x)
-    shapes = [tuple(int(e) for e in s) for s in x.shape()]
-    canvases = per_sample(op, batch, len(x), lambda i: op.canvas(shapes[i], op.sample_args(arg_inputs, i)))
-    channels = int(op.args["n_channels"])
-    itab, out_shapes = paste_tables(shapes, canvases, channels)
-    dtype = np.dtype(types.to_numpy_type(x.dtype))
+    itab, out_shapes, extra = tables(x, shapes, dtype)
     sizes = itab[:, 2]
     buf, offsets, out = flat_output(out_shapes, sizes, dtype, layout, x.source_info())
     if not sizes.any():
         return [out]
     itab[:, 0] = x.geometry()[0]
     itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
-    fill = op.fill(dtype).view(_UINT[dtype.itemsize])
     grid, block = grid_for(int(sizes.max()), len(x))
-    kernel = cuda.load_kernel("grid_mask_paste", f"paste_{dtype.itemsize}")
-    kernel(grid, block, (upload_table(itab, batch), upload_table(fill, batch), np.int32(channels)))
+    launch = cuda.load_kernel("grid_mask_paste", f"{kernel}_{dtype.itemsize}")
+    launch(grid, block, (upload_table(itab, batch), *extra()))
     return [out]
+
+
+@register_gpu("grid_mask")
+def gpu_grid_mask(op, batch, inputs, arg_inputs):
+    """``fn.grid_mask`` on GPU batches: one flat output buffer, one launch."""
+
+    def tables(x, shapes, dtype):
+        grids = per_sample(op, batch, len(x), lambda i: op.grid(shapes[i], op.sample_args(arg_inputs, i)))
+        itab, ftab = grid_mask_tables(shapes, grids)
+        return itab, shapes, lambda: (upload_table(ftab, batch),)
+
+    return _one_launch(op, batch, inputs, arg_inputs, "grid_mask", tables)
+
+
+@register_gpu("paste")
+def gpu_paste(op, batch, inputs, arg_inputs):
+    """``fn.paste`` on GPU batches: every canvas in one flat output buffer, one launch."""
+
+    def tables(x, shapes, dtype):
+        canvases = per_sample(op, batch, len(x), lambda i: op.canvas(shapes[i], op.sample_args(arg_inputs, i)))
+        channels = int(op.args["n_channels"])
+        itab, out_shapes = paste_tables(shapes, canvases, channels)
+        return itab, out_shapes, lambda: (upload_table(op.fill(dtype).view(_UINT[dtype.itemsize]), batch),
+                                          np.int32(channels))
+
+    return _one_launch(op, batch, inputs, arg_inputs, "paste", tables)
