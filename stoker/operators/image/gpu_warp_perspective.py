@@ -1,7 +1,7 @@
 """GPU ``warp_perspective`` (and its DALI name ``experimental.warp_perspective``): each sample's
 homography and output size come from the CPU operator's own ``WarpPerspective.geometry`` (the
 same matrix it hands to OpenCV), and the whole batch is warped in one launch
-(``perspective_*`` in ``kernels/warp_affine.cu``), one table row per image: a sample, or each
+(``perspective_*`` in ``kernels/warp_perspective.cu``), one table row per image: a sample, or each
 frame of a sequence. HW, HWC, CHW, FHWC and FCHW samples of uint8 or float32 with up to 4
 channels, nearest or linear interpolation and every border mode of the CPU operator.
 
@@ -157,7 +157,7 @@ def gpu_warp_perspective(op, batch, inputs, arg_inputs):
     itab, ftab = perspective_tables(ptrs, dims, out_hw, np.asarray(matrices), fill * nc if len(fill) == 1 else fill,
                                     dtype, planar, buf.data.ptr + offsets * dtype.itemsize)
     grid, block = grid_for(int((out_hw[:, 0] * out_hw[:, 1]).max()), len(itab))
-    cuda.load_kernel("warp_affine", _KERNELS[dtype])(
+    cuda.load_kernel("warp_perspective", _KERNELS[dtype])(
         grid, block, (upload_table(itab, batch), upload_table(ftab, batch), np.int32(nc),
                       np.int32(interp == types.INTERP_NN), np.int32(_BORDER[op.args["border_mode"]])))
     return [out]
