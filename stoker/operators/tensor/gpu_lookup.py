@@ -100,9 +100,10 @@ def gpu_lookup_table(op, batch, inputs, arg_inputs):
 # The CPU compares the index cast to int64 with c: for integers that is the value itself; for
 # floats it is trunc(v), and NaN, infinities and values past int64 match no class. Comparing
 # trunc(double(v)) with c gives the same for every type (doubles are exact for small integers).
+# (A template, not an overload for CuPy's float16: the preamble comes before float16 is a complete
+# type, and a template resolves its conversion only where it is used, through float16's float().)
 _ONE_HOT_PRE = """
 template <typename V> __device__ double stoker_dbl(V v) { return static_cast<double>(v); }
-__device__ double stoker_dbl(float16 v) { return static_cast<double>(static_cast<float>(v)); }
 """
 _ONE_HOT_BODY = """
 long long j = i % inner;
