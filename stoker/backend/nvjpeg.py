@@ -21,12 +21,13 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import struct
 import sys
 import threading
 import time
 
 import numpy as np
+
+from stoker.backend.jpeg_header import has_end_marker, jpeg_frame
 
 _BACKEND_GPU_HYBRID = 2
 _BACKEND_HARDWARE = 3
@@ -101,41 +102,6 @@ def _check(status: int, what: str) -> None:
         raise NvjpegUnavailable(f"{what} failed (nvjpegStatus {status})")
 
 
-def has_end_marker(data) -> bool:
-    """Whether an encoded JPEG ends with its end-of-image marker (within its last 32 bytes)."""
-    return b"\xff\xd9" in bytes(memoryview(data).cast("B")[-32:])
-
-
-def jpeg_frame(data) -> tuple[int, int, int, int, int] | None:
-    """(SOF marker, precision, height, width, components) of a JPEG's frame header, read by
-    walking its segments; None when the data is not a JPEG, carries EXIF (whose orientation the
-    CPU decoder applies) before the frame header, or the walk breaks off."""
-    buf = memoryview(data).cast("B")
-    n = len(buf)
-    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
-        return None
-    pos = 2
-    while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            return None
-        marker = buf[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        length = (buf[pos + 2] << 8) | buf[pos + 3]
-        if marker == 0xE1 and bytes(buf[pos + 4:pos + 8]) == b"Exif":
-            return None
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if pos + 10 > n:
-                return None
-            precision, h, w, comps = struct.unpack_from(">BHHB", buf, pos + 4)
-            return marker, precision, h, w, comps
-        if marker == 0xDA or length < 2:
-            return None
-        pos += 2 + length
-    return None
-
-
 def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     """(height, width) when the JPEG suits the hardware engines: baseline or extended sequential
     Huffman, 3 components or 1 (grayscale), 8-bit, no EXIF (orientation is applied elsewhere),
@@ -152,6 +118,15 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
         return None
     marker, precision, h, w, comps = frame
     return (h, w) if marker in (0xC0, 0xC1) and precision == 8 and comps in (1, 3) and h and w else None
+
+
+def hardware_eligible_hints(hints) -> np.ndarray:
+    """:func:`hardware_eligible` for a whole batch from its frame hints (an (N, 6) array of
+    :func:`stoker.backend.jpeg_header.frame_hint` rows, as the file reader's I/O process
+    sends them): a boolean mask, with the same rule and no Python step per sample."""
+    h = np.asarray(hints, np.int64).reshape(-1, 6)
+    return (np.isin(h[:, 0], (0xC0, 0xC1)) & (h[:, 1] == 8) & np.isin(h[:, 4], (1, 3))
+            & (h[:, 2] > 0) & (h[:, 3] > 0) & (h[:, 5] == 1))
 
 
 _pad: list = []

@@ -2,8 +2,9 @@
 
 Host half (:func:`prepare_hardware`, run in the executor's CPU stage):
 
-* each header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`) and
-  every window drawn, random crops for the whole batch at once;
+* each header is scanned (:func:`stoker.backend.nvjpeg.hardware_eligible`; the file
+  reader's I/O process sends the frame headers with the batch) and every window
+  drawn, random crops for the whole batch at once;
 * every sample gets a slot in one flat device buffer: first the engines'
   images, then the hybrid backend's, then, back to back, those decoded on the
   CPU pool. The buffer is allocated on the pipeline's stream by the first
@@ -95,28 +96,44 @@ def _cheapest_on_the_host(eligible: list, wins: list, sizes: np.ndarray, count: 
     return sorted(idx[np.argsort(cost, kind="stable")[:count]].tolist())
 
 
-def prepare_hardware(op, kind, batch, enc, arg_inputs, st) -> dict:
-    """Host half of a decode through nvJPEG (see the module docstring)."""
+def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
+    """(heads, sizes, eligible) of a batch: each sample's (code stream or None, codec, h, w),
+    its (h, w) as an (N, 2) array (zero where unknown or over ``max_pixels``: no slot, the CPU
+    decoder refuses it with the reason), and the samples for the engines. ``hints``: the frame
+    hints the file reader's I/O process sent with the batch (:func:`hardware_eligible_hints`),
+    or None to scan here."""
+    from stoker.backend.nvjpeg import hardware_eligible, hardware_eligible_hints
+
+    n = len(arrays)
+    if hints is not None and len(hints) == n:
+        mask = hardware_eligible_hints(hints)
+        sizes = np.where(mask[:, None], hints[:, 2:4], 0)
+    else:
+        found = [hardware_eligible(a) for a in arrays]
+        mask = np.fromiter((f is not None for f in found), bool, n)
+        sizes = np.asarray([f or (0, 0) for f in found], np.int64).reshape(n, 2)
+    heads: list = [(None, "jpeg", h, w) for h, w in sizes.tolist()]
+    for i in np.flatnonzero(~mask).tolist():  # the others: nvImageCodec reads their header
+        heads[i] = _header(arrays[i])
+        sizes[i] = heads[i][2], heads[i][3]
+    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
+    if max_pixels:
+        over = sizes[:, 0] * sizes[:, 1] > max_pixels
+        sizes[over] = 0
+        mask &= ~over
+    return heads, sizes, np.flatnonzero(mask).tolist()
+
+
+def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None) -> dict:
+    """Host half of a decode through nvJPEG (see the module docstring). ``hints``: the batch's
+    JPEG frame hints from the file reader, when it sent them (see :func:`_scan`)."""
     from stoker.backend import cuda
-    from stoker.backend.nvjpeg import hardware_eligible
 
     cp = cuda._cupy()
     clock = {"prepare": time.perf_counter()}  # this batch's timeline (see _State.trace)
     n = len(enc)
     arrays = [np.asarray(d) for d in enc]
-    heads: list = [None] * n
-    sizes = np.zeros((n, 2), np.int64)
-    eligible: list[int] = []
-    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
-    for i, a in enumerate(arrays):
-        size = hardware_eligible(a)
-        heads[i] = (None, "jpeg", size[0], size[1]) if size is not None else _header(a)
-        h, w = heads[i][2], heads[i][3]
-        if max_pixels and h * w > max_pixels:
-            continue  # no slot: the CPU decoder refuses it with the reason (or it is skipped)
-        if size is not None:
-            eligible.append(i)
-        sizes[i] = h, w
+    heads, sizes, eligible = _scan(op, arrays, hints)
     wins = _windows(op, kind, batch, arg_inputs, sizes)
     st.timing["prep_scan_s"] += time.perf_counter() - clock["prepare"]  # headers and windows
     shapes = np.zeros((n, 3), np.int64)

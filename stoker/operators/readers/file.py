@@ -220,9 +220,9 @@ class FileReader(Reader):
         pending, self._pending_read = self._pending_read, None
         try:
             if pending is not None and pending[0] == paths:
-                samples, errors = pending[1].result()
+                samples, errors, hints = pending[1].result()
             else:
-                samples, errors = worker.read(paths)
+                samples, errors, hints = worker.read(paths)
         except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
             _log.warning("readers.file: the I/O helper process failed (%s); reading in this process", e)
             self.close()
@@ -230,6 +230,12 @@ class FileReader(Reader):
             return super().run_cpu(batch, inputs, arg_inputs)
         self._read_ahead(len(refs))
         labels = self.labels[np.asarray(refs, dtype=np.int64)].reshape(-1, 1)
+        if not errors:  # every file read: no per-sample step
+            data = TensorListCPU(samples, "", sources)
+            # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
+            # instead of scanning in this process (stoker/operators/decoders/_hardware_path.py).
+            data._frame_hints = hints
+            return [data, TensorListCPU(labels, "", sources)]
 
         def one(i):
             if samples[i] is None:
