@@ -230,6 +230,10 @@ class HardwareDecoder:
         one uses (with a state of its own, which is what nvJPEG asks of threads decoding at once);
         that decoder must be closed after this one."""
         self.releasing, self.holding = _load()
+        # nvjpegDecodeParamsSetROI runs once per image per batch, so it skips ctypes' argument
+        # conversion (argtypes): the handle is passed as a c_void_p, the four ints as C ints.
+        self._set_roi = ctypes.PyDLL(self.holding._name).nvjpegDecodeParamsSetROI
+        self._set_roi.restype = ctypes.c_int
         from stoker.backend.cuda import _cupy
 
         self.cp = _cupy()
@@ -291,9 +295,13 @@ class HardwareDecoder:
                 self._free_params.append(call.param_set)
             call.param_set = None
 
-    def stage(self, datas: list[np.ndarray], windows, fixed_batch: int = 0) -> StagedCall:
+    def stage(self, datas: list[np.ndarray], windows, fixed_batch: int = 0, located=None) -> StagedCall:
         """Build the arguments of a call that decodes ``datas[i]`` cropped to ``windows[i]`` =
         (y, x, h, w); :meth:`run` makes it. Safe from any thread, also while a call runs.
+
+        ``located``: (addresses, byte sizes) of ``datas`` as two arrays, when the caller knows
+        they all lie in one buffer (a file reader's batch): that spares a Python step per image,
+        which waits for the GIL in a busy pipeline.
 
         ``fixed_batch``: pad the call to this many images so that nvJPEG's batched state is
         initialized once, not for every batch size. The padding is a tiny 8x8 JPEG
@@ -325,16 +333,24 @@ class HardwareDecoder:
         call = StagedCall()
         call.n, call.real, call.keep, call.pinned, call.copied = n, real, datas, None, None
         # The argument arrays are NumPy arrays seen through ctypes (no per-image ctypes assignment).
-        sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
-        data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
+        if located is not None:
+            sizes = np.concatenate([np.asarray(located[1], np.uint64).reshape(real),
+                                    np.full(pad, datas[-1].nbytes if pad else 0, np.uint64)])
+            data_ptrs = np.concatenate([np.asarray(located[0], np.uint64).reshape(real),
+                                        np.full(pad, datas[-1].ctypes.data if pad else 0, np.uint64)])
+            groups = [np.arange(real), np.arange(real, n)]  # the buffer, and the padding
+        else:
+            sizes = np.fromiter((d.nbytes for d in datas), np.uint64, n)
+            data_ptrs = np.fromiter((d.ctypes.data for d in datas), np.uint64, n)
+            groups = None
         if self._staging is not None and n:
-            data_ptrs = self._stage_bytes(call, datas, data_ptrs, sizes)
+            data_ptrs = self._stage_bytes(call, datas, data_ptrs, sizes, groups)
         call.image_table = np.zeros((n, 8), np.uint64)  # nvjpegImage_t: channel[4], pitch[4]
         call.image_table[:, 4] = windows[:, 3] * 3
         if pad:  # the padding's pixels land in scratch, 192 bytes apart
             call.image_table[real:, 0] = self._pad_out.data.ptr + np.arange(pad, dtype=np.uint64) * 192
         call.param_set = self._param_set(n)
-        set_roi = self.holding.nvjpegDecodeParamsSetROI
+        set_roi = self._set_roi
         for p, (y, x, h, w) in zip(call.param_set, windows.tolist()):
             if set_roi(p, x, y, w, h) != 0:
                 self._give_back(call)
@@ -344,7 +360,8 @@ class HardwareDecoder:
                      (_Image * n).from_buffer(call.image_table), (ctypes.c_void_p * n).from_buffer(param_ptrs))
         return call
 
-    def _stage_bytes(self, call: StagedCall, datas: list, ptrs: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    def _stage_bytes(self, call: StagedCall, datas: list, ptrs: np.ndarray, sizes: np.ndarray,
+                     groups: list | None = None) -> np.ndarray:
         """Start copying the call's bitstreams into a pinned block; returns their pointers there
         (``call.copied`` is the copy's future: :meth:`run` waits for it).
 
@@ -354,12 +371,16 @@ class HardwareDecoder:
         2026-11-25). The copy runs on a thread of its own: on the CPU stage's thread it took
         about 4 ms of the stage's 16.7 per batch, and the CPU stage set the training pipeline's
         pace (benchmarks/gpu_stage_profile.py, H100, 2026-11-25)."""
-        groups: dict = {}
-        for i, d in enumerate(datas):
-            groups.setdefault(id(_root_buffer(d)), []).append(i)
+        if groups is None:  # (``groups``: sample positions by buffer, when the caller knows them)
+            by_root: dict = {}
+            for i, d in enumerate(datas):
+                by_root.setdefault(id(_root_buffer(d)), []).append(i)
+            groups = list(by_root.values())
         spans = []  # (source start, length, sample indices)
-        for idx in groups.values():
-            idx = np.asarray(idx)
+        for idx in groups:
+            idx = np.asarray(idx, np.int64)
+            if not idx.size:
+                continue
             lo, hi = int(ptrs[idx].min()), int((ptrs[idx] + sizes[idx]).max())
             if hi - lo <= 2 * int(sizes[idx].sum()) + (1 << 16):  # close together: one copy
                 spans.append((lo, hi - lo, idx))

@@ -190,7 +190,14 @@ def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarra
     """A scalar argument for every sample as a float64 (n,) array: its argument input (first
     value of each sample's tensor) or the static value, ``default`` where neither is given."""
     if name in arg_inputs:
-        return np.asarray([np.ravel(v)[0] if np.size(v) else default for v in arg_inputs[name]], np.float64)
+        values = arg_inputs[name]
+        try:  # one C-level step when every sample has one shape (coin flips, scalars)
+            flat = np.asarray(values, np.float64).reshape(len(values), -1)
+        except ValueError:  # ragged: sample by sample
+            flat = None
+        if flat is not None and flat.shape[1]:
+            return np.ascontiguousarray(flat[:, 0])
+        return np.asarray([np.ravel(v)[0] if np.size(v) else default for v in values], np.float64)
     v = op.args.get(name)
     if v is None:
         return np.full(n, default, np.float64)

@@ -21,6 +21,9 @@ def upload_batch(host, batch: BatchContext):
 
     stream = cuda.current_stream(batch)
     ring = _ring(batch)
+    dense = getattr(host, "_dense", None)  # (set by operators that make their batch as one array)
+    if dense is not None and len(dense) == len(host):
+        return TensorListGPU(ring.upload(dense, stream), host.layout(), host.source_info())
     # np.asarray(order="C"), not ascontiguousarray: that one turns 0-d samples (scalars, masks)
     # into shape (1,).
     samples = [np.asarray(s, order="C") for s in host.samples()]

@@ -82,3 +82,51 @@ def test_staged_bitstreams_land_at_the_pointers_the_call_gets():
         np.testing.assert_array_equal(got, d)
     block_lo = ctypes.addressof(ctypes.c_char.from_buffer(call.pinned[1]))
     assert all(block_lo <= p < block_lo + call.pinned[0] for p in staged.tolist())
+
+
+def test_a_call_staged_from_known_addresses_equals_one_staged_from_the_arrays():
+    """HardwareDecoder.stage with ``located`` (a file reader's batch: the samples' addresses and
+    sizes in its buffer) builds the same call as from the arrays: sizes, windows, padding, and
+    the staged bytes at every pointer."""
+    import contextlib
+    import ctypes
+
+    import numpy as np
+
+    from stoker.backend.nvjpeg import HardwareDecoder
+
+    def fake_decoder():
+        decoder = object.__new__(HardwareDecoder)
+        decoder._staging, _ = _staging()
+        decoder._copier = None
+        decoder._params_lock = __import__("threading").Lock()
+        decoder._free_params = [[ctypes.c_void_p(1000 + k) for k in range(8)]]
+        decoder._all_params = []
+        decoder._set_roi = lambda p, x, y, w, h: 0
+        scratch = np.zeros(8 * 192, np.uint8)
+        device_array = SimpleNamespace(size=scratch.size, data=SimpleNamespace(ptr=scratch.ctypes.data))
+        decoder.cp = SimpleNamespace(uint8=np.uint8, empty=lambda size, dtype: device_array,
+                                     cuda=SimpleNamespace(Device=lambda _: contextlib.nullcontext()))
+        decoder.device_id, decoder._pad_out, decoder._pad_retired = 0, None, []
+        return decoder
+
+    rng = np.random.default_rng(1)
+    buffer = rng.integers(0, 256, 5000, dtype=np.uint8)
+    bounds = [(0, 700), (700, 1500), (1500, 1520), (2000, 4990)]
+    datas = [buffer[a:b] for a, b in bounds]
+    windows = np.array([[0, 0, 8, 8], [1, 2, 3, 4], [0, 0, 16, 16], [5, 5, 10, 20]])
+    located = (np.array([d.ctypes.data for d in datas], np.uint64), np.array([d.nbytes for d in datas], np.uint64))
+    calls = []
+    for where in (None, located):
+        decoder = fake_decoder()
+        call = decoder.stage(datas, windows, fixed_batch=6, located=where)
+        call.copied.result()
+        decoder._copier.shutdown()
+        pointers, sizes = list(call.args[0]), list(call.args[1])
+        staged = [bytes((ctypes.c_uint8 * s).from_address(p)) for p, s in zip(pointers, sizes)]
+        calls.append((sizes, call.image_table.copy(), staged, call.n, call.real))
+    (s0, t0, b0, n0, r0), (s1, t1, b1, n1, r1) = calls
+    assert (n0, r0) == (n1, r1) == (6, 4)
+    assert s0 == s1
+    np.testing.assert_array_equal(t0[:, 4:], t1[:, 4:])  # pitches (output pointers come at run())
+    assert b0 == b1 and b0[:4] == [bytes(d) for d in datas]

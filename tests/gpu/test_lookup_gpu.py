@@ -198,14 +198,15 @@ def _compare_outputs(build, batch, name, layout):
 @pytest.mark.parametrize("same_size", [True, False], ids=["dense", "ragged"])
 def test_element_extract_matches_cpu(same_size, make_images):
     frames = [3, 3, 3] if same_size else [3, 5, 4]
-    clips = [np.stack(make_images(f, 12, 13 if same_size else 30)) for f in frames]
+    sides = [12, 12, 12] if same_size else [12, 29, 17]  # (frames of one clip share a size)
+    clips = [np.stack([make_images(1, s, s + 1)[0] for _ in range(f)]) for f, s in zip(frames, sides)]
     got = _compare_outputs(lambda x: tuple(fn.element_extract(x, element_map=[2, 0, 2])), clips,
                            "element_extract", "FHWC")
     assert len(got) == 3 and got[0][1] == "HWC"
 
 
 def test_element_extract_of_a_batch_in_one_buffer_and_1d_samples(make_images):
-    volumes = [np.stack(make_images(f, 10, 20)) for f in (2, 4, 3)]
+    volumes = [np.stack([make_images(1, s, s + 1)[0] for _ in range(f)]) for f, s in ((2, 10), (4, 19), (3, 14))]
     _compare_outputs(lambda x: tuple(fn.element_extract(fn.brightness(x, brightness=1.0), element_map=[1, 0])),
                      volumes, "element_extract", "DHWC")
     vectors = [np.arange(5, dtype=np.int16), np.arange(3, dtype=np.int16) * 7]

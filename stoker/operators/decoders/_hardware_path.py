@@ -124,22 +124,25 @@ def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
     return heads, sizes, np.flatnonzero(mask).tolist()
 
 
-def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None) -> dict:
-    """Host half of a decode through nvJPEG (see the module docstring). ``hints``: the batch's
-    JPEG frame hints from the file reader, when it sent them (see :func:`_scan`)."""
+def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=None) -> dict:
+    """Host half of a decode through nvJPEG (see the module docstring). ``hints`` and
+    ``located``: the batch's JPEG frame hints (see :func:`_scan`) and its samples' (addresses,
+    sizes) in the file reader's buffer, when the reader sent them."""
     from stoker.backend import cuda
 
     cp = cuda._cupy()
     clock = {"prepare": time.perf_counter()}  # this batch's timeline (see _State.trace)
     n = len(enc)
     arrays = [np.asarray(d) for d in enc]
+    if located is not None and len(located[0]) != n:
+        located = None
     heads, sizes, eligible = _scan(op, arrays, hints)
     wins = _windows(op, kind, batch, arg_inputs, sizes)
     st.timing["prep_scan_s"] += time.perf_counter() - clock["prepare"]  # headers and windows
+    win_arr = np.array([w or (0, 0, 0, 0) for w in wins], np.int64).reshape(n, 4)  # (zeros: no slot)
     shapes = np.zeros((n, 3), np.int64)
-    for i, win in enumerate(wins):
-        if win is not None:
-            shapes[i] = win[2], win[3], 3
+    shapes[:, :2] = win_arr[:, 2:]
+    shapes[:, 2] = np.where(sizes[:, 0] > 0, 3, 0)
 
     # Shares: the CPU takes the images cheapest for it (_cheapest_on_the_host); the hybrid backend
     # the windows covering most of their image (it decodes whole images, so those waste the least).
@@ -177,8 +180,8 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None) -> dict:
     def submit_gpu_jobs():
         t_jobs = time.perf_counter()
         for lane, part in enumerate(engine_parts):
-            jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, wins, part, out, offsets, stream,
-                                                       -(-n // len(st.lanes)), st.lanes[lane], clock))
+            jobs[f"hw{lane}"] = st.submit(_engines_job(st, arrays, win_arr, part, out, offsets, stream,
+                                                       -(-n // len(st.lanes)), st.lanes[lane], clock, located))
         if hyb_idx:
             jobs["hybrid"] = st.submit_hybrid(_hybrid_job(st, arrays, wins, sizes, hyb_idx, out, offsets,
                                                           hyb_fixed, device_id))
@@ -386,20 +389,22 @@ class _Cancelled(Exception):
     """A decode job whose batch was dropped (or whose decoder closed) before it ran."""
 
 
-def _engines_job(st, arrays, wins, idx, out, offsets, stream, n, lane, clock):
+def _engines_job(st, arrays, win_arr, idx, out, offsets, stream, n, lane, clock, located=None):
     """The hardware engines' call for samples ``idx`` on ``lane`` (decoder, own stream or None,
     lock), padded to ``n`` images: returns (error or None, done event or None). Notes when the
-    call started and ended in ``clock``."""
+    call started and ended in ``clock``. ``win_arr``: the batch's windows as an (N, 4) array;
+    ``located``: its samples' (addresses, sizes), if known."""
     from stoker.backend.nvjpeg import NvjpegUnavailable
 
     cp = _cupy_mod()
     decoder, own_stream, lock = lane
-    windows = np.asarray([wins[i] for i in idx], np.int64).reshape(-1, 4)
+    windows = win_arr[idx].reshape(-1, 4)
     dst = offsets[idx]
+    where = None if located is None else (located[0][idx], located[1][idx])
     # The call's arguments are built here, in the CPU stage: the decoder's thread then runs next to
     # no Python between calls, so the engines do not idle while it waits for the GIL.
     try:
-        call, staging_error = decoder.stage([arrays[i] for i in idx], windows, fixed_batch=n), None
+        call, staging_error = decoder.stage([arrays[i] for i in idx], windows, fixed_batch=n, located=where), None
     except NvjpegUnavailable as e:
         call, staging_error = None, e
 

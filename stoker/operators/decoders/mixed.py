@@ -389,8 +389,8 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     if hw is not None:
         from stoker.operators.decoders._hardware_path import prepare_hardware
 
-        return prepare_hardware(op, kind, batch, enc, arg_inputs, st,
-                                getattr(inputs[0], "_frame_hints", None))  # (readers.file sets them)
+        return prepare_hardware(op, kind, batch, enc, arg_inputs, st,  # (readers.file sets these two)
+                                getattr(inputs[0], "_frame_hints", None), getattr(inputs[0], "_located", None))
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n
     max_pixels = int(getattr(op, "max_pixels", 0) or 0)

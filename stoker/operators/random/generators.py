@@ -56,7 +56,9 @@ class _Generator(Operator):
         # (values[i, ...] is a 0-d array view; iterating would give NumPy scalars, each reshaped
         # and converted back to an array one by one: most of this operator's time per batch in
         # the GPU training pipeline's CPU stage)
-        return [TensorListCPU([values[i, ...] for i in range(n)], "")]
+        out = TensorListCPU([values[i, ...] for i in range(n)], "")
+        out._dense = values  # the batch as one array: a copy to the GPU needs no stacking
+        return [out]
 
 
 @register

@@ -136,9 +136,13 @@ def _read_batch(paths: list[str], slots: _Slots, scan=None):
             except OSError as e:
                 errors[i] = e.strerror or str(e)
         hints = None
-        if scan is not None:
-            hints = [scan(view[o:o + s]) if i not in errors else (0,) * 6
-                     for i, (o, s) in enumerate(zip(offsets, sizes))]
+        if scan is not None:  # (flat int64 bytes: one buffer to pickle, one frombuffer to read)
+            import array
+
+            hints = array.array("q")
+            for i, (o, s) in enumerate(zip(offsets, sizes)):
+                hints.extend(scan(view[o:o + s]) if i not in errors else (0,) * 6)
+            hints = hints.tobytes()
     finally:
         view.release()
     return k, fd, capacity, offsets, sizes, errors, hints
@@ -220,10 +224,12 @@ class ReadWorker:
             self.freed.append(k)
 
     def read(self, paths: list[str]):
-        """(samples, errors, hints): 1D uint8 arrays (read-only views of a shared mapping; None
-        where reading failed), {position: reason}, and each file's JPEG frame hint as an (N, 6)
-        int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; None when the helper could
-        not scan). The mapping is reused for a later batch once every sample of this one is gone."""
+        """(samples, errors, hints, located): 1D uint8 arrays (read-only views of a shared
+        mapping; None where reading failed), {position: reason}, each file's JPEG frame hint as
+        an (N, 6) int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; None when the
+        helper could not scan), and the samples' (addresses, byte sizes) as two uint64 arrays
+        (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`). The mapping is
+        reused for a later batch once every sample of this one is gone."""
         import weakref
 
         np = self._np
@@ -239,10 +245,14 @@ class ReadWorker:
                 map_received(self.maps, k, fds, capacity)
             base = np.frombuffer(self.maps[k], np.uint8)
         weakref.finalize(base, self._free, k)
-        samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
+        if errors:
+            samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
+        else:
+            samples = [base[o:o + s] for o, s in zip(offsets, sizes)]
         if hints is not None:
-            hints = np.asarray(hints, np.int64).reshape(len(paths), 6)
-        return samples, errors, hints
+            hints = np.frombuffer(hints, np.int64).reshape(len(paths), 6)
+        located = (np.asarray(offsets, np.uint64) + np.uint64(base.ctypes.data), np.asarray(sizes, np.uint64))
+        return samples, errors, hints, located
 
     def alive(self) -> bool:
         return self.proc.poll() is None

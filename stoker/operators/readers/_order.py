@@ -112,8 +112,8 @@ class ShardedOrder:
                 continue
             idx = self._pass_indices(self.epoch)
             stop = min(length, self.position + count - len(out))
-            for p in range(self.position, stop):
-                out.append((int(idx[min(p, len(idx) - 1)]), self.epoch))
+            picked = idx[np.minimum(np.arange(self.position, stop), len(idx) - 1)].tolist()
+            out += zip(picked, [self.epoch] * len(picked))
             self.position = stop
             if self.position == length:
                 self.epoch += 1

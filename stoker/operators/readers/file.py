@@ -220,9 +220,9 @@ class FileReader(Reader):
         pending, self._pending_read = self._pending_read, None
         try:
             if pending is not None and pending[0] == paths:
-                samples, errors, hints = pending[1].result()
+                samples, errors, hints, located = pending[1].result()
             else:
-                samples, errors, hints = worker.read(paths)
+                samples, errors, hints, located = worker.read(paths)
         except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
             _log.warning("readers.file: the I/O helper process failed (%s); reading in this process", e)
             self.close()
@@ -235,6 +235,7 @@ class FileReader(Reader):
             # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
             # instead of scanning in this process (stoker/operators/decoders/_hardware_path.py).
             data._frame_hints = hints
+            data._located = located  # (addresses, sizes): the engines' staging needs no step per sample
             return [data, TensorListCPU(labels, "", sources)]
 
         def one(i):

@@ -43,11 +43,12 @@ def _sum_sq():
     k = _kernels.get("sum_sq")
     if k is None:
         cp = cuda._cupy()
-        # CuPy's device float16 converts to float: to double through float, which is exact.
+        # CuPy's device float16 converts to float, and so to double, exactly. (A template only: an
+        # overload naming float16 failed to compile, since the preamble comes before float16 is
+        # a complete type; H100, 2026-11-25.)
         k = _kernels["sum_sq"] = cp.ReductionKernel(
             "T x, float64 m", "float64 y", "stoker_sq(stoker_dbl(x) - m)", "a + b", "y = a", "0", "stoker_sum_sq",
             preamble="template <typename V> __device__ double stoker_dbl(V v) { return static_cast<double>(v); }\n"
-                     "__device__ double stoker_dbl(float16 v) { return static_cast<double>(static_cast<float>(v)); }\n"
                      "__device__ double stoker_sq(double d) { return d * d; }\n")
     return k
 

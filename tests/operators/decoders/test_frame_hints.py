@@ -73,7 +73,7 @@ def test_the_io_process_sends_each_files_hint(tmp_path):
     paths.insert(3, str(tmp_path / "missing.jpg"))
     w = ReadWorker()
     try:
-        samples, errors, hints = w.read(paths)
+        samples, errors, hints, _ = w.read(paths)
     finally:
         w.close()
     assert list(errors) == [3]

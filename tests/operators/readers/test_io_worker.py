@@ -109,13 +109,14 @@ def test_slots_are_reused_once_a_batch_is_gone(sample_jpeg_dir):
     w = ReadWorker()
     try:
         for _ in range(6):
-            samples, errors, _ = w.read(paths)
+            samples, errors, _, located = w.read(paths)
+            assert located[0][5] == samples[5].ctypes.data and located[1][5] == samples[5].nbytes
             assert not errors and bytes(samples[5]) == open(paths[5], "rb").read()
             del samples
             gc.collect()
         assert len(w.maps) <= 2  # not one shared memory file per batch
-        kept, _, _ = w.read(paths)
-        other, _, _ = w.read(paths[:3])
+        kept, *_ = w.read(paths)
+        other, *_ = w.read(paths[:3])
         assert bytes(kept[0]) == open(paths[0], "rb").read()  # a live batch is never overwritten
         assert bytes(other[2]) == open(paths[2], "rb").read()
     finally:
