@@ -139,11 +139,11 @@ def record_engine_calls(keep: int):
     calls: collections.deque = collections.deque(maxlen=keep)
     orig = nvjpeg.HardwareDecoder.stage
 
-    def stage(self, datas, windows, fixed_batch=0):
+    def stage(self, datas, windows, fixed_batch=0, located=None):
         if type(self) is nvjpeg.HardwareDecoder:  # (not the hybrid backend's)
             calls.append(([np.array(d, copy=True) for d in datas],
                           np.array(windows, np.int64).reshape(len(datas), 4), fixed_batch))
-        return orig(self, datas, windows, fixed_batch)
+        return orig(self, datas, windows, fixed_batch, located)
 
     nvjpeg.HardwareDecoder.stage = stage
     return calls, lambda: setattr(nvjpeg.HardwareDecoder, "stage", orig)
