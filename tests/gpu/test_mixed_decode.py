@@ -184,16 +184,16 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
 
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
 def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, rng, monkeypatch):
-    """By default (STOKER_NVJPEG_STREAM=own) the engines' call goes on a stream of its own, after
-    an event on the pipeline's stream; the GPU stage waits for its end. Same images as on the
-    pipeline's stream (STOKER_NVJPEG_STREAM=pipeline)."""
+    """STOKER_NVJPEG_STREAM=own: the engines' call goes on a stream of its own, after an event on
+    the pipeline's stream; the GPU stage waits for its end. Same images as on the pipeline's
+    stream (the default, STOKER_NVJPEG_STREAM=pipeline)."""
     imgs = _smooth_images(rng, 9)
     enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
     monkeypatch.setenv("STOKER_NVJPEG_STREAM", "pipeline")
     on_pipeline = _hw_op()
     got_pipeline, _ = _run(on_pipeline, kind, enc, batch_ctx)
     assert on_pipeline._mixed_state.lanes[0][1] is None
-    monkeypatch.delenv("STOKER_NVJPEG_STREAM")
+    monkeypatch.setenv("STOKER_NVJPEG_STREAM", "own")
     op = _hw_op()
     assert len(op._mixed_state.lanes) == 1 and op._mixed_state.lanes[0][1] is not None
     for _ in range(2):

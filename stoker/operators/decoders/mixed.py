@@ -195,13 +195,12 @@ class _State:
                     logging.getLogger("stoker").warning(
                         "STOKER_NVJPEG_LANES=%d is experimental: a pipeline once stopped with two engine calls "
                         "in flight (benchmarks/RESULTS.md, session 6)", lanes)
-                # A single lane also calls on a stream of its own, ordered after the buffer's
-                # allocation by an event, so that the GPU stage's work queued on the pipeline's
-                # stream meanwhile does not hold the call up: H100, 2026-11-25, train 15.8k/17.2k
-                # -> 16.4k/18.1k img/s, val 16.2k/17.1k -> 18.6k/17.7k (interleaved pairs);
-                # alone, the engines' call took 9.5 ms where the pipeline's stream had 12.3 ms.
-                # STOKER_NVJPEG_STREAM=pipeline calls on the pipeline's stream instead.
-                own = os.environ.get("STOKER_NVJPEG_STREAM", "own").strip().lower()
+                # STOKER_NVJPEG_STREAM=own: a single lane calls on a stream of its own too, ordered
+                # after the buffer's allocation by an event. Not the default: with the session-9
+                # code (H100, 2026-11-25, interleaved) it was slower in training (17.4k/15.6k
+                # against 17.6k/16.3k img/s) and validation (15.1k/14.8k against 15.7k/15.6k);
+                # an earlier pair had favoured it (benchmarks/RESULTS.md, session 9).
+                own = os.environ.get("STOKER_NVJPEG_STREAM", "pipeline").strip().lower()
                 if own not in ("own", "pipeline"):
                     raise ValueError(f"STOKER_NVJPEG_STREAM must be 'own' or 'pipeline', not {own!r}")
                 cp = _cupy_mod()
