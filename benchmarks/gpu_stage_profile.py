@@ -149,11 +149,59 @@ def record_engine_calls(keep: int):
     return calls, lambda: setattr(nvjpeg.HardwareDecoder, "stage", orig)
 
 
-def replay_engine_calls(calls) -> None:
-    """The recorded calls again, one at a time on a fresh decoder with nothing else running: is
-    nvJPEG's call slower in the pipeline because of its data or because of what runs beside it?
-    Prints nvJPEG's own time per call (as ``mixed.hw_call_only_s``) and with the wait for the
-    engines' end."""
+class _Beside:
+    """Load run beside a replay, to tell which kind slows the engines' call in the pipeline:
+    ``busy`` processes spinning on host cores (as the decode helpers keep them), and with
+    ``gpu`` a thread copying 256 MiB device buffers back and forth on a stream of its own."""
+
+    def __init__(self, busy: int, gpu: bool):
+        self.busy, self.gpu, self.procs, self.thread, self.stop = busy, gpu, [], None, False
+
+    def __enter__(self):
+        import subprocess
+        import sys
+        import threading
+
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.busy)]
+        if self.gpu:
+            import cupy as cp
+
+            def copy_loop():
+                s = cp.cuda.Stream(non_blocking=True)
+                with s:
+                    a, b = cp.zeros(1 << 28, cp.uint8), cp.ones(1 << 28, cp.uint8)
+                    while not self.stop:
+                        a[...] = b
+                        s.synchronize()
+
+            self.thread = threading.Thread(target=copy_loop, daemon=True)
+            self.thread.start()
+        time.sleep(0.3)  # (the load up and running)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        if self.thread is not None:
+            self.thread.join()
+
+    def label(self) -> str:
+        parts = ([f"{self.busy} busy processes"] if self.busy else []) + (["device copies"] if self.gpu else [])
+        return "beside " + " and ".join(parts) if parts else "alone"
+
+
+def replay_engine_calls(calls, busy: int = 0, gpu_load: bool = False) -> None:
+    """The recorded calls again, one at a time on a fresh decoder, alone or beside a load
+    (:class:`_Beside`): is nvJPEG's call slower in the pipeline because of its data or because of
+    what runs beside it, and which part of that? Prints nvJPEG's own time per call (as
+    ``mixed.hw_call_only_s``) and with the wait for the engines' end."""
+    with _Beside(busy, gpu_load) as beside:
+        _replay(calls, beside.label())
+
+
+def _replay(calls, label: str) -> None:
     import cupy as cp
     import numpy as np
 
@@ -180,7 +228,7 @@ def replay_engine_calls(calls) -> None:
     decoder.close()
     if call_only:
         images = np.mean([len(d) for d, _, _ in calls])
-        print(f"   replayed alone: {len(calls)} calls of {images:.0f} images (padded to {calls[0][2]}): "
+        print(f"   replayed {label}: {len(calls)} calls of {images:.0f} images (padded to {calls[0][2]}): "
               f"nvJPEG's call {np.median(call_only) * 1e3:.1f} ms, to the engines' end "
               f"{np.median(to_end) * 1e3:.1f} ms (medians)", flush=True)
 
@@ -218,6 +266,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--replay", type=int, default=0,
                     help="record the engines' next N calls after the measurement and time them again alone")
+    ap.add_argument("--replay-beside", default="",
+                    help="also replay beside loads: comma-separated BUSY[+gpu] items, e.g. '8,16,0+gpu' "
+                         "(BUSY spinning host processes; +gpu: device copies on another stream)")
     a = ap.parse_args()
     timers: collections.Counter = collections.Counter()
     instrument(timers)
@@ -272,6 +323,9 @@ def main() -> None:
         pipe.close()
         if calls:
             replay_engine_calls(list(calls))
+            for item in filter(None, a.replay_beside.split(",")):
+                count, _, gpu = item.partition("+")
+                replay_engine_calls(list(calls), busy=int(count or 0), gpu_load=gpu == "gpu")
 
 
 if __name__ == "__main__":
