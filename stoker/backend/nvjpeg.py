@@ -117,7 +117,14 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     if frame is None:
         return None
     marker, precision, h, w, comps = frame
-    return (h, w) if marker in (0xC0, 0xC1) and precision == 8 and comps in (1, 3) and h and w else None
+    return (h, w) if marker in _ENGINE_MARKERS and precision == 8 and comps in _ENGINE_COMPONENTS and h and w \
+        else None
+
+
+# The engines' rule (hardware_eligible and hardware_eligible_hints): baseline or extended
+# sequential Huffman frames of 1 or 3 components.
+_ENGINE_MARKERS = (0xC0, 0xC1)
+_ENGINE_COMPONENTS = (1, 3)
 
 
 def hardware_eligible_hints(hints) -> np.ndarray:
@@ -125,7 +132,7 @@ def hardware_eligible_hints(hints) -> np.ndarray:
     :func:`stoker.backend.jpeg_header.frame_hint` rows, as the file reader's I/O process
     sends them): a boolean mask, with the same rule and no Python step per sample."""
     h = np.asarray(hints, np.int64).reshape(-1, 6)
-    return (np.isin(h[:, 0], (0xC0, 0xC1)) & (h[:, 1] == 8) & np.isin(h[:, 4], (1, 3))
+    return (np.isin(h[:, 0], _ENGINE_MARKERS) & (h[:, 1] == 8) & np.isin(h[:, 4], _ENGINE_COMPONENTS)
             & (h[:, 2] > 0) & (h[:, 3] > 0) & (h[:, 5] == 1))
 
 

@@ -55,8 +55,9 @@ _HELPERS_FIRST = os.environ.get("STOKER_HELPERS_FIRST", "0") == "1"
 _RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
 
 
-def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
-    """Windows (y0, x0, h, w), clipped, of every sample whose size is known (else None).
+def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> tuple[list, np.ndarray]:
+    """Windows (y0, x0, h, w), clipped, of every sample whose size is known (else None), and
+    the same as an (N, 4) int64 array (zero rows where unknown: no slot).
 
     Random crops with batch-wide arguments are drawn for the whole batch at once
     (:func:`sample_crop_windows`, the same windows as the per-sample sampler)."""
@@ -66,20 +67,23 @@ def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> list:
     n = len(sizes)
     known = sizes[:, 0] > 0
     if kind == "image":
-        return [(0, 0, int(h), int(w)) if k else None for (h, w), k in zip(sizes.tolist(), known)]
-    if kind == "image_random_crop" and not set(arg_inputs) & set(_RANDOM_CROP_ARGS):
+        arr = np.zeros((n, 4), np.int64)
+        arr[:, 2:] = sizes
+    elif kind == "image_random_crop" and not set(arg_inputs) & set(_RANDOM_CROP_ARGS):
         args = op.args
         area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
         aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
         attempts = int(_first(args.get("num_attempts"), 10))
         u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
-        wins = sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts)
-        return [tuple(w) if k else None for w, k in zip(wins.tolist(), known)]
-    out = []
-    for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):
-        win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w) if k else None
-        out.append(None if not k else (0, 0, h, w) if win is None else _clip(win, h, w))
-    return out
+        arr = np.asarray(sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts), np.int64)
+    else:
+        out = []
+        for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):
+            win = _window(op, kind, op.sample_args(arg_inputs, i), i, batch, h, w) if k else None
+            out.append(None if not k else (0, 0, h, w) if win is None else _clip(win, h, w))
+        return out, np.array([w or (0, 0, 0, 0) for w in out], np.int64).reshape(n, 4)
+    arr[~known] = 0
+    return [tuple(w) if k else None for w, k in zip(arr.tolist(), known)], arr
 
 
 def _cheapest_on_the_host(eligible: list, wins: list, sizes: np.ndarray, count: int) -> list:
@@ -137,9 +141,8 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=N
     if located is not None and len(located[0]) != n:
         located = None
     heads, sizes, eligible = _scan(op, arrays, hints)
-    wins = _windows(op, kind, batch, arg_inputs, sizes)
+    wins, win_arr = _windows(op, kind, batch, arg_inputs, sizes)
     st.timing["prep_scan_s"] += time.perf_counter() - clock["prepare"]  # headers and windows
-    win_arr = np.array([w or (0, 0, 0, 0) for w in wins], np.int64).reshape(n, 4)  # (zeros: no slot)
     shapes = np.zeros((n, 3), np.int64)
     shapes[:, :2] = win_arr[:, 2:]
     shapes[:, 2] = np.where(sizes[:, 0] > 0, 3, 0)

@@ -245,10 +245,7 @@ class ReadWorker:
                 map_received(self.maps, k, fds, capacity)
             base = np.frombuffer(self.maps[k], np.uint8)
         weakref.finalize(base, self._free, k)
-        if errors:
-            samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
-        else:
-            samples = [base[o:o + s] for o, s in zip(offsets, sizes)]
+        samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
         if hints is not None:
             hints = np.frombuffer(hints, np.int64).reshape(len(paths), 6)
         located = (np.asarray(offsets, np.uint64) + np.uint64(base.ctypes.data), np.asarray(sizes, np.uint64))

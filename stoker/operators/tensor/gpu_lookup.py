@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker import types
-from stoker.operators.gpu_registry import host_fallback, register_gpu, upload_table
+from stoker.operators.gpu_registry import DOUBLE_OF_ANY, host_fallback, register_gpu, upload_table
 
 _kernels: dict = {}
 
@@ -100,11 +100,6 @@ def gpu_lookup_table(op, batch, inputs, arg_inputs):
 # The CPU compares the index cast to int64 with c: for integers that is the value itself; for
 # floats it is trunc(v), and NaN, infinities and values past int64 match no class. Comparing
 # trunc(double(v)) with c gives the same for every type (doubles are exact for small integers).
-# (A template, not an overload for CuPy's float16: the preamble comes before float16 is a complete
-# type, and a template resolves its conversion only where it is used, through float16's float().)
-_ONE_HOT_PRE = """
-template <typename V> __device__ double stoker_dbl(V v) { return static_cast<double>(v); }
-"""
 _ONE_HOT_BODY = """
 long long j = i % inner;
 long long c = (i / inner) % n;
@@ -144,7 +139,7 @@ def gpu_one_hot(op, batch, inputs, arg_inputs):
     n = int(op.args["num_classes"])
     pair = upload_table(np.stack([op.off, op.on]).astype(op.on.dtype), batch)
     encode = _elementwise("one_hot", "raw T x, raw O pair, int64 n, int64 inner", "O y", _ONE_HOT_BODY,
-                          _ONE_HOT_PRE)
+                          DOUBLE_OF_ANY)
 
     def run(flat, out_shape, inner):
         out = cp.empty(out_shape, pair.dtype)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker import types
-from stoker.operators.gpu_registry import dense_view, host_fallback, register_gpu
+from stoker.operators.gpu_registry import DOUBLE_OF_ANY, dense_view, host_fallback, register_gpu
 from stoker.operators.tensor._axes import resolve_axes
 from stoker.operators.tensor.gpu_cast import cast_array
 from stoker.operators.tensor.reductions import mean_fits, reduced_shapes
@@ -43,13 +43,10 @@ def _sum_sq():
     k = _kernels.get("sum_sq")
     if k is None:
         cp = cuda._cupy()
-        # CuPy's device float16 converts to float, and so to double, exactly. (A template only: an
-        # overload naming float16 failed to compile, since the preamble comes before float16 is
-        # a complete type; H100, 2026-11-25.)
+        # (CuPy's device float16 converts to float, and so to double, exactly.)
         k = _kernels["sum_sq"] = cp.ReductionKernel(
             "T x, float64 m", "float64 y", "stoker_sq(stoker_dbl(x) - m)", "a + b", "y = a", "0", "stoker_sum_sq",
-            preamble="template <typename V> __device__ double stoker_dbl(V v) { return static_cast<double>(v); }\n"
-                     "__device__ double stoker_sq(double d) { return d * d; }\n")
+            preamble=DOUBLE_OF_ANY + "__device__ double stoker_sq(double d) { return d * d; }\n")
     return k
 
 
