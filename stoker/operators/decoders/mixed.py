@@ -76,6 +76,12 @@ def _first(v, default=None):
 _MAX_AUTO_SHARE = 0.4  # the automatic share's ceiling: the rest of the pipeline needs host cores too
 
 
+def _default_spare_cores() -> int:
+    """Cores kept free of the decode helpers by default: a quarter of the machine's, from 8 up."""
+    n = os.cpu_count() or 1
+    return n // 4 if n >= 8 else 0
+
+
 class _State:
     """Decoder instance and settings kept on the operator between batches."""
 
@@ -135,6 +141,8 @@ class _State:
             raise ValueError(f"STOKER_CPU_DECODE_NICE must be an integer (niceness of the decode helpers), "
                              f"not {nice!r}")
         self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
+        # Cores the helpers leave to the pipeline's own threads (_decode_worker.helper_cores says why).
+        self.procs_spare = env_count("STOKER_CPU_DECODE_SPARE_CORES", _default_spare_cores())
 
     def balance_share(self, engines_wait: float, helpers_wait: float) -> None:
         """Steer the automatic CPU share from one batch's waits (seconds) in the GPU stage: for
@@ -154,12 +162,13 @@ class _State:
         """The helper processes for the CPU share, when asked for and possible; else None."""
         if self.procs is None and self.procs_count > 0:
             from stoker.operators.decoders import turbo
-            from stoker.operators.decoders._decode_worker import DecodeProcesses
+            from stoker.operators.decoders._decode_worker import DecodeProcesses, helper_cores
 
             if not turbo.available() or not hasattr(os, "memfd_create"):
                 self.procs_count = 0  # the pipeline's pool decodes the share instead
                 return None
-            self.procs = DecodeProcesses(self.procs_count, self.procs_threads, turbo.library_path())
+            self.procs = DecodeProcesses(self.procs_count, self.procs_threads, turbo.library_path(),
+                                         cores=helper_cores(self.procs_spare))
         return self.procs
 
     def drop_processes(self, why: str) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stoker.operators.decoders import turbo
-from stoker.operators.decoders._decode_worker import DecodeProcesses
+from stoker.operators.decoders._decode_worker import DecodeProcesses, helper_cores
 
 pytestmark = [
     pytest.mark.skipif(not turbo.available(), reason="no TurboJPEG 3 library (pip install turbojpeg)"),
@@ -111,6 +111,32 @@ def test_batches_in_flight_together_get_their_own_answers(procs):
             want = turbo.decode_window(datas[k], wins[k])
             got = lease.view[offsets[k]:offsets[k] + want.nbytes].reshape(want.shape)
             np.testing.assert_array_equal(got, want)
+
+
+def test_helper_cores_leave_the_first_spare_cores_or_do_not_restrict(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1, 7, 5, 2, 9}, raising=False)
+    assert helper_cores(2) == [3, 5, 7, 9]  # the lowest-numbered allowed cores stay free
+    assert helper_cores(4) == [7, 9]
+    assert helper_cores(5) is None  # one core left: better unrestricted than all helpers on it
+    assert helper_cores(0) is None
+
+
+def test_helpers_run_only_on_the_cores_given():
+    import os
+
+    core = min(os.sched_getaffinity(0))
+    p = DecodeProcesses(2, 2, turbo.library_path(), pin=False, cores=[core])
+    try:
+        datas, wins = _batch(6, seed=4)
+        lease, pending, offsets = _submit(p, datas, wins)
+        assert pending.failed() == []  # (answered: the helpers are up and set)
+        assert [os.sched_getaffinity(h.proc.pid) for h in p.helpers] == [{core}, {core}]
+        want = turbo.decode_window(datas[5], wins[5])
+        np.testing.assert_array_equal(lease.view[offsets[5]:offsets[5] + want.nbytes].reshape(want.shape), want)
+    finally:
+        p.close()
 
 
 def test_close_stops_the_helpers():
