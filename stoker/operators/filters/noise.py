@@ -1,10 +1,13 @@
 """Noise operators: ``noise.gaussian``, ``noise.salt_and_pepper``, ``noise.shot``.
 
 Output shape and type are the input's; integer outputs are rounded (half up)
-and saturated. Random values come from a NumPy Generator seeded from the
-sample's stream (``ctx.rng``), so results depend only on (seed, iteration,
-sample), not on threads. They differ from DALI's values (another generator);
-the distributions are the same.
+and saturated. Random values depend only on (seed, iteration, sample), not on
+threads. ``noise.gaussian`` and ``noise.salt_and_pepper`` draw each element's
+randomness from ``element_rng`` (Philox keyed by the sample's stream), which
+their GPU kernels compute too: the same values on either device.
+``noise.shot`` draws from a NumPy Generator seeded from the sample's stream
+(its GPU batches go through the host). They differ from DALI's values (other
+generators); the distributions are the same.
 
 ``noise.shot``'s ``factor`` defaults to 20, DALI's documented (and schema)
 default; DALI 2.4's CPU operator was seen to quantize by 12 when the argument
@@ -17,6 +20,7 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.color._common import scalar, to_dtype
+from stoker.operators.filters import element_rng
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.schema import Arg, Schema, register
 
@@ -49,14 +53,20 @@ class GaussianNoise(LayoutAware):
         if self.args.get("stddev") is not None and self.args["stddev"] < 0:
             raise arg_error("noise.gaussian", "stddev", f"must not be negative, got {self.args['stddev']}")
 
-    def run_sample(self, inputs, args, ctx):
-        img = _numeric(self, inputs[0])
+    def params(self, args) -> tuple[np.float32, np.float32]:
+        """This sample's (mean, stddev) as float32, checked (shared with the GPU kernel)."""
         mean, std = scalar(self, args, "mean", 0.0), scalar(self, args, "stddev", 1.0)
         if std < 0:
             raise self.error(f"argument 'stddev' must not be negative, got {std}")
-        noise = _generator(ctx).standard_normal(img.shape, dtype=np.float32)
-        noise *= np.float32(std)
-        noise += np.float32(mean)
+        return np.float32(mean), np.float32(std)
+
+    def run_sample(self, inputs, args, ctx):
+        img = _numeric(self, inputs[0])
+        mean, std = self.params(args)
+        noise = element_rng.normals(element_rng.sample_key(ctx.rng), img.size).astype(np.float32)
+        noise *= std
+        noise += mean
+        noise = noise.reshape(img.shape)
         noise += img
         return to_dtype(noise, img.dtype)
 
@@ -85,26 +95,43 @@ class SaltAndPepperNoise(LayoutAware):
             if v is not None and not 0.0 <= v <= 1.0:
                 raise arg_error("noise.salt_and_pepper", name, f"must be in [0, 1], got {v}")
 
-    def run_sample(self, inputs, args, ctx):
-        img = _numeric(self, inputs[0])
+    def params(self, dtype, args) -> tuple[int, int, float, float]:
+        """This sample's (salt threshold, replace threshold, salt, pepper), checked (shared with
+        the GPU kernel): a draw's 32-bit word below the salt threshold gives salt, below the
+        other pepper; salt and pepper as values of ``dtype``."""
         prob, svp = scalar(self, args, "prob", 0.05), scalar(self, args, "salt_vs_pepper", 0.5)
         for name, v in (("prob", prob), ("salt_vs_pepper", svp)):
             if not 0.0 <= v <= 1.0:
                 raise self.error(f"argument '{name}' must be in [0, 1], got {v}")
-        is_int = img.dtype.kind in "iu"
-        salt = scalar(self, args, "salt_val", float(np.iinfo(img.dtype).max) if is_int else 1.0)
-        pepper = scalar(self, args, "pepper_val", float(np.iinfo(img.dtype).min) if is_int else -1.0)
-        salt, pepper = to_dtype(np.float64(salt), img.dtype), to_dtype(np.float64(pepper), img.dtype)
-        layout = self.layout_of(args)
-        channel = layout.index("C") if "C" in layout else (img.ndim - 1 if not layout and img.ndim >= 3 else None)
+        is_int = dtype.kind in "iu"
+        salt = scalar(self, args, "salt_val", float(np.iinfo(dtype).max) if is_int else 1.0)
+        pepper = scalar(self, args, "pepper_val", float(np.iinfo(dtype).min) if is_int else -1.0)
+        salt, pepper = to_dtype(np.float64(salt), dtype), to_dtype(np.float64(pepper), dtype)
+        return element_rng.threshold32(prob * svp), element_rng.threshold32(prob), salt, pepper
+
+    def run_sample(self, inputs, args, ctx):
+        img = _numeric(self, inputs[0])
+        thr_salt, thr, salt, pepper = self.params(img.dtype, args)
         shape = list(img.shape)
-        if channel is not None and not self.args.get("per_channel"):
-            shape[channel] = 1  # one draw per pixel, shared by its channels
-        u = _generator(ctx).random(shape, dtype=np.float32)
+        axis = shared_axis(self.layout_of(args), img.ndim, bool(self.args.get("per_channel")))
+        if axis is not None:
+            shape[axis] = 1  # one draw per pixel, shared by its channels
+        count = int(np.prod(shape, dtype=np.int64))
+        high = (element_rng.words(element_rng.sample_key(ctx.rng), count) >> np.uint64(32)).reshape(shape)
         out = img.copy()
-        np.copyto(out, salt, where=u < np.float32(prob * svp))
-        np.copyto(out, pepper, where=(u >= np.float32(prob * svp)) & (u < np.float32(prob)))
+        np.copyto(out, salt, where=high < thr_salt)
+        np.copyto(out, pepper, where=(high >= thr_salt) & (high < thr))
         return out
+
+
+def shared_axis(layout: str, ndim: int, per_channel: bool) -> int | None:
+    """The axis whose values share one salt-and-pepper draw (the channels, unless per_channel),
+    or None: "C" of the layout, else the last axis of a 3+-dimensional sample without one."""
+    if per_channel:
+        return None
+    if "C" in layout:
+        return layout.index("C")
+    return ndim - 1 if not layout and ndim >= 3 else None
 
 
 @register
