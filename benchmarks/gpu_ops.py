@@ -31,6 +31,8 @@ CASES = {
     "gaussian_blur": lambda fn, types, x: fn.gaussian_blur(x, sigma=1.5),
     "transpose": lambda fn, types, x: fn.transpose(x, perm=(2, 0, 1)),
     "resize": lambda fn, types, x: fn.resize(x, resize_x=224, resize_y=224),
+    "noise.gaussian": lambda fn, types, x: fn.noise.gaussian(x, stddev=10.0),
+    "noise.salt_and_pepper": lambda fn, types, x: fn.noise.salt_and_pepper(x, prob=0.05),
 }
 
 

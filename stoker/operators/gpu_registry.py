@@ -48,13 +48,12 @@ GPU_MODULES = (
     "stoker.operators.detection.gpu_boxes",
     "stoker.operators.image.gpu_grid_mask_paste",
     "stoker.operators.tensor.gpu_reductions",  # (all its tests on an H100, 2026-11-25, session 10)
+    "stoker.operators.filters.gpu_noise",  # (gaussian, salt_and_pepper: H100, 2026-11-25, session 10)
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = (
-    "stoker.operators.filters.gpu_noise",  # session 10: not yet run on a GPU
-)
+PENDING_GPU_MODULES: tuple[str, ...] = ()
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch

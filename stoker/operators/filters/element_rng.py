@@ -11,8 +11,8 @@ into values with the same arithmetic.
 
 Why not the operators' usual bulk generator (SFC64 seeded from the stream): its values come in
 sequence, so a GPU could only reproduce them by running the sequence, and stoker promises the
-same values on either device. The price on the CPU: a Gaussian noise of a 224x224x3 image takes
-about 4.5 ms instead of 1.4 (NumPy on this project's CI machine).
+same values on either device. The price on the CPU: a 224x224x3 image's normals take about 4.9
+ms instead of 1.35 (``benchmarks/cpu_noise.py``; most of it is float64 log, cos and sin).
 
 Values:
 - ``normals``: Box-Muller in float64, both branches: words ``2p`` and ``2p + 1`` give elements
