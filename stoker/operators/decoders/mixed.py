@@ -77,8 +77,12 @@ _MAX_AUTO_SHARE = 0.4  # the automatic share's ceiling: the rest of the pipeline
 
 
 def _default_spare_cores() -> int:
-    """Cores kept free of the decode helpers by default: a quarter of the machine's, from 8 up."""
-    n = os.cpu_count() or 1
+    """Cores kept free of the decode helpers by default: a quarter of those this process may use
+    (a container may allow fewer than the machine has), from 8 up."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
     return n // 4 if n >= 8 else 0
 
 
