@@ -132,6 +132,21 @@ def _reply_in_order(sock, io, replies) -> None:
 
 # --- the pipeline side -------------------------------------------------------------------------
 
+def _allowed_cores() -> list[int] | None:
+    """The cores this process may run on (its affinity: a container may allow fewer than the
+    machine has), or None where that cannot be asked (not Linux)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def default_spare_cores() -> int:
+    """Cores kept free of the helpers by default: a quarter of those allowed, from 8 up."""
+    n = len(_allowed_cores() or ()) or os.cpu_count() or 1
+    return n // 4 if n >= 8 else 0
+
+
 def helper_cores(spare: int) -> list[int] | None:
     """The cores the helpers may run on: all this process may use but its first ``spare``, or
     None (no restriction) when that would leave the helpers fewer than two.
@@ -142,11 +157,8 @@ def helper_cores(spare: int) -> list[int] | None:
     15.9 ms instead of 8.4 (8 busy processes: 9.1 ms), and in the pipeline they took 12.5 ms
     while the helpers kept 9.3 of the 16 cores busy. Cores the helpers never use keep those
     wake-ups (and the pipeline's other threads) prompt."""
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return None
-    if spare <= 0 or len(allowed) - spare < 2:
+    allowed = _allowed_cores()
+    if allowed is None or spare <= 0 or len(allowed) - spare < 2:
         return None
     return allowed[spare:]
 
@@ -284,7 +296,6 @@ class DecodeProcesses:
 
     def __init__(self, processes: int, threads: int, library: str, pin: bool = True,
                  cores: list[int] | None = None):
-        self.cores = cores
         self.helpers = [_Helper(threads, library, cores) for _ in range(processes)]
         self.pin = pin
         self.free: list[_Slot] = []

@@ -76,16 +76,6 @@ def _first(v, default=None):
 _MAX_AUTO_SHARE = 0.4  # the automatic share's ceiling: the rest of the pipeline needs host cores too
 
 
-def _default_spare_cores() -> int:
-    """Cores kept free of the decode helpers by default: a quarter of those this process may use
-    (a container may allow fewer than the machine has), from 8 up."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        n = os.cpu_count() or 1
-    return n // 4 if n >= 8 else 0
-
-
 class _State:
     """Decoder instance and settings kept on the operator between batches."""
 
@@ -146,7 +136,9 @@ class _State:
                              f"not {nice!r}")
         self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
         # Cores the helpers leave to the pipeline's own threads (_decode_worker.helper_cores says why).
-        self.procs_spare = env_count("STOKER_CPU_DECODE_SPARE_CORES", _default_spare_cores())
+        from stoker.operators.decoders._decode_worker import default_spare_cores
+
+        self.procs_spare = env_count("STOKER_CPU_DECODE_SPARE_CORES", default_spare_cores())
 
     def balance_share(self, engines_wait: float, helpers_wait: float) -> None:
         """Steer the automatic CPU share from one batch's waits (seconds) in the GPU stage: for

@@ -19,8 +19,8 @@ Values:
   ``2p`` (cosine) and ``2p + 1`` (sine). float64 ``log``/``cos``/``sin`` are not correctly rounded
   on either device (within an ulp or so), so a value may differ in its last float64 bit; once
   rounded to float32 that shows practically never (a chance of about 2^-28 per element).
-- ``uniform_words``: one 64-bit word per draw; the noise operators compare its halves with
-  integer thresholds, exact on both devices.
+- ``words``: one 64-bit word per draw; salt_and_pepper compares its high half with integer
+  thresholds (``threshold32``), exact on both devices.
 """
 
 from __future__ import annotations

@@ -183,9 +183,9 @@ def test_a_dead_helper_is_reported_not_waited_for(procs):
 def test_the_default_spare_cores_are_a_quarter_of_the_allowed_ones(monkeypatch):
     import os
 
-    from stoker.operators.decoders import mixed
+    from stoker.operators.decoders._decode_worker import default_spare_cores
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4, 16)), raising=False)
-    assert mixed._default_spare_cores() == 3  # 12 allowed (of however many the machine has)
+    assert default_spare_cores() == 3  # 12 allowed (of however many the machine has)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
-    assert mixed._default_spare_cores() == 0  # under 8: the helpers may use every core
+    assert default_spare_cores() == 0  # under 8: the helpers may use every core
