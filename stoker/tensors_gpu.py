@@ -254,6 +254,14 @@ class TensorListGPU(SampleList):
             return types.to_dali_type(np.dtype(base.dtype)) if len(self) else types.NO_TYPE
         return super().dtype
 
+    def element_dtype(self) -> np.dtype:
+        """The samples' NumPy dtype, read without making per-sample views (uint8 for an empty batch)."""
+        if self._sample_list is None:
+            base = self._dense if self._dense is not None else self._flat[0] if self._flat is not None else None
+            if base is not None:
+                return np.dtype(base.dtype)
+        return np.dtype(self._samples[0].dtype) if self._samples else np.dtype(np.uint8)
+
     @property
     def ndim(self) -> int:
         if self._sample_list is None and self._dense is not None:

@@ -212,6 +212,49 @@ def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarra
     return np.full(n, a[0] if a.size else default, np.float64)
 
 
+def batch_rows(op, arg_inputs, name: str, n: int, width: int, default=0.0) -> np.ndarray:
+    """A vector argument for every sample as a float64 ``(n, width)`` array, in one NumPy step:
+    its argument input (each sample's values, broadcast from one value) or the static value
+    (broadcast), ``default`` where neither is given. Raises ValueError naming the argument when a
+    sample holds neither 1 nor ``width`` values (the planner then finds which, see
+    :func:`plan_batch`)."""
+    if name in arg_inputs:
+        values = arg_inputs[name]
+        try:
+            flat = np.asarray(values, np.float64).reshape(len(values), -1)
+        except ValueError:  # ragged: samples differ in size
+            flat = None
+        if flat is None or flat.shape[1] not in (1, width):
+            rows = [np.ravel(np.asarray(v, np.float64)) for v in values]
+            if any(r.size not in (1, width) for r in rows):
+                raise ValueError(f"argument '{name}' takes {width} values per sample (or one)")
+            return np.stack([np.broadcast_to(r, (width,)) for r in rows]) if rows else np.zeros((0, width))
+        return np.ascontiguousarray(np.broadcast_to(flat, (n, width)))
+    v = op.args.get(name)
+    a = np.asarray(default if v is None else v, np.float64).reshape(-1)
+    if a.size not in (1, width):
+        raise ValueError(f"argument '{name}' takes {width} values (or one), got {a.size}")
+    return np.ascontiguousarray(np.broadcast_to(a, (n, width)))
+
+
+def plan_batch(op, batch, n: int, whole, one):
+    """A GPU implementation's host-side plan for the batch: ``whole()`` computes it for every
+    sample at once with NumPy. When it raises a sample error, ``one(i)`` (the per-sample rule
+    the CPU uses) is run sample by sample to find the failing sample, and that sample's error
+    is raised as the CPU raises it, naming the operator and the sample's source."""
+    from stoker.operators.base import SAMPLE_ERRORS
+
+    from stoker.errors import OperatorError
+
+    try:
+        return whole()
+    except OperatorError:
+        raise
+    except SAMPLE_ERRORS as e:
+        per_sample(op, batch, n, one)  # raises for the first failing sample
+        raise OperatorError(str(e) or type(e).__name__, operator=op.instance_name, origin=op.origin) from e
+
+
 def per_sample(op, batch, n: int, compute) -> list:
     """``[compute(i) for i in range(n)]`` for a GPU implementation's host-side tables (arguments,
     windows, matrices). A failure is raised as the CPU path raises it: an OperatorError naming the

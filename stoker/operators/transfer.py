@@ -34,6 +34,13 @@ def upload_batch(host, batch: BatchContext):
         dense = ring.upload(np.stack(samples) if len(samples) > 1 else samples[0][None], stream)
         return TensorListGPU(dense, host.layout(), sources)
     buf, offsets = ring.upload_many(samples, stream)
+    dtype = samples[0].dtype
+    if all(s.dtype == dtype and s.ndim == samples[0].ndim for s in samples) and buf.size % dtype.itemsize == 0:
+        # One flat batch (the decoders' form): kernels read its placement as arrays and no
+        # per-sample device view is made (upload_many aligns every sample to 256 bytes).
+        shapes = np.asarray([s.shape for s in samples], np.int64).reshape(len(samples), -1)
+        elements = np.asarray(offsets, np.int64) // dtype.itemsize
+        return TensorListGPU.from_flat(buf.view(dtype), elements, shapes, host.layout(), sources)
     return TensorListGPU(device_views(buf, offsets, samples), host.layout(), sources, keep_alive=buf)
 
 
