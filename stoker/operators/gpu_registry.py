@@ -242,9 +242,8 @@ def plan_batch(op, batch, n: int, whole, one):
     sample at once with NumPy. When it raises a sample error, ``one(i)`` (the per-sample rule
     the CPU uses) is run sample by sample to find the failing sample, and that sample's error
     is raised as the CPU raises it, naming the operator and the sample's source."""
-    from stoker.operators.base import SAMPLE_ERRORS
-
     from stoker.errors import OperatorError
+    from stoker.operators.base import SAMPLE_ERRORS
 
     try:
         return whole()

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-import op_zoo  # noqa: E402
-
 import null_device  # noqa: E402
+import op_zoo  # noqa: E402
 
 SMALL, LARGE = 4, 36
 # Calls allowed to grow from SMALL to LARGE samples: well under one per added sample.
