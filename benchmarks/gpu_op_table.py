@@ -1,0 +1,163 @@
+"""Per-operator and whole-pipeline GPU throughput, stoker and DALI side by side in one run.
+
+    python benchmarks/gpu_op_table.py DATA_DIR [--libs stoker,dali] [--ops all|rotate,hsv,...]
+        [--pipelines augmented,detection] [--seconds 4] [--threads 16] [--batch 256] [--rounds 1]
+
+Operator table: reader -> mixed decode with random crop -> resize 256x256 -> the operator
+(``benchmarks/op_zoo.py``, random arguments as a user writes them) -> crop 224, one pipeline per
+process, libraries interleaved for each operator. The baseline has no operator; an operator's
+added cost is ``batch / img_s - batch / baseline img_s`` in ms per batch. For stoker, the host
+time each GPU-stage operator takes (the launch thread's wall time in ``run_gpu``, which shares the
+GIL with the CPU stage) is reported as ``host_ms``. Pipelines: the zoo's whole pipelines.
+Each child prints one JSON line; the parent prints them and a Markdown table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _modules(lib: str):
+    if lib == "stoker":
+        import stoker.fn as fn
+        import stoker.types as types
+        from stoker import pipeline_def
+    else:
+        import nvidia.dali.fn as fn
+        import nvidia.dali.types as types
+        from nvidia.dali import pipeline_def
+    return fn, types, pipeline_def
+
+
+def _instrument(timers: collections.Counter) -> None:
+    """stoker only: host wall time of each GPU-stage operator run, by operator name."""
+    from stoker.pipeline import executor as ex
+
+    orig = ex.Executor._run_node
+
+    def run_node(self, node, it, gpu):
+        t = time.perf_counter()
+        try:
+            orig(self, node, it, gpu)
+        finally:
+            if gpu:
+                timers[node.op_name] += time.perf_counter() - t
+
+    ex.Executor._run_node = run_node
+
+
+def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: int) -> dict:
+    sys.path.insert(0, HERE)
+    import op_zoo
+
+    fn, types, pipeline_def = _modules(lib)
+    timers: collections.Counter = collections.Counter()
+    if lib == "stoker":
+        _instrument(timers)
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1)
+    def pipe():
+        if case.startswith("pipeline:"):
+            return op_zoo.PIPELINES[case.split(":", 1)[1]](fn, types, root)
+        x, labels = op_zoo.decode_resize(fn, types, root)
+        if case != "baseline":
+            x = op_zoo.OPS[case](fn, types, x)
+        return fn.crop(x, crop=(224, 224)), labels
+
+    import cupy as cp
+
+    free0, _ = cp.cuda.runtime.memGetInfo()
+    t0 = time.perf_counter()
+    p = pipe()
+    p.build()
+    p.run()
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        p.run()
+    cp.cuda.runtime.deviceSynchronize()
+    timers.clear()
+    n, t1 = 0, time.perf_counter()
+    while time.perf_counter() - t1 < seconds:
+        p.run()
+        n += 1
+    cp.cuda.runtime.deviceSynchronize()
+    dt = time.perf_counter() - t1
+    free1, _ = cp.cuda.runtime.memGetInfo()
+    row = {"lib": lib, "case": case, "img_s": round(n * batch / dt), "first_batch_s": round(first, 2),
+           "gpu_mem_mib": round((free0 - free1) / 2**20)}
+    if timers:
+        row["host_ms"] = {k: round(v / n * 1e3, 2) for k, v in timers.most_common()}
+    return row
+
+
+def _table(rows: list, batch: int) -> str:
+    libs = sorted({r["lib"] for r in rows}, key=lambda s: s != "stoker")
+    by = collections.defaultdict(list)
+    for r in rows:
+        if "img_s" in r:
+            by[(r["case"], r["lib"])].append(r["img_s"])
+    best = {k: max(v) for k, v in by.items()}
+    head = "| case | " + " | ".join(f"{lib} img/s | {lib} added ms" for lib in libs)
+    head += " | stoker / dali |" if len(libs) > 1 else " |"
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        cells = []
+        for lib in libs:
+            v, base = best.get((case, lib)), best.get(("baseline", lib))
+            added = "" if v is None or base is None or case.startswith("pipeline:") else \
+                f"{batch * 1e3 / v - batch * 1e3 / base:+.2f}"
+            cells += [f"{v:,}" if v else "error", added]
+        ratio = ""
+        if len(libs) > 1 and best.get((case, libs[0])) and best.get((case, libs[1])):
+            ratio = f" {best[(case, libs[0])] / best[(case, libs[1])]:.2f}x |"
+        lines.append(f"| {case} | " + " | ".join(cells) + " |" + ratio)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root")
+    ap.add_argument("--libs", default="stoker,dali")
+    ap.add_argument("--ops", default="all")
+    ap.add_argument("--pipelines", default="augmented,detection")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    sys.path.insert(0, HERE)
+    import op_zoo
+
+    ops = list(op_zoo.OPS) if a.ops == "all" else [o for o in a.ops.split(",") if o]
+    cases = ["baseline", *ops] + [f"pipeline:{p}" for p in a.pipelines.split(",") if p]
+    rows = []
+    for _ in range(a.rounds):
+        for case in cases:
+            for lib in a.libs.split(","):
+                cmd = [sys.executable, __file__, "--child", lib, a.root, case, str(a.seconds), str(a.threads),
+                       str(a.batch)]
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+                    out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+                    row = json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-400:]}
+                except subprocess.TimeoutExpired:
+                    row = {"lib": lib, "case": case, "error": "timed out"}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(_table(rows, a.batch), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, lib, root, case, seconds, threads, batch = sys.argv
+        print(json.dumps(child(lib, root, case, float(seconds), int(threads), int(batch))), flush=True)
+        sys.exit(0)
+    main()
