@@ -371,12 +371,14 @@ def installed():
     saved = {k: sys.modules.get(k) for k in ("cupy", "cupy.cuda", "cupy.cuda.runtime")}
     cp = make_module()
     sys.modules.update({"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.runtime": cp.cuda.runtime})
-    state = (cuda._pool_chosen, cuda._pool_object, dict(cuda._module_cache), dict(transfer._rings))
+    state = (cuda._pool_chosen, cuda._pool_object, dict(cuda._module_cache), dict(transfer._rings),
+             dict(transfer._arenas))
 
     def reset():
         cuda._cupy.cache_clear()
         cuda._module_cache.clear()
         transfer._rings.clear()
+        transfer._arenas.clear()
         cuda._pool_chosen = cuda._pool_object = None
 
     reset()
@@ -393,3 +395,4 @@ def installed():
         cuda._pool_chosen, cuda._pool_object = state[0], state[1]
         cuda._module_cache.update(state[2])
         transfer._rings.update(state[3])
+        transfer._arenas.update(state[4])

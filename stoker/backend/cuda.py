@@ -17,6 +17,7 @@ What lives here:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -311,6 +312,65 @@ class PinnedRing:
         ev = cp.cuda.Event(disable_timing=True)
         ev.record(stream)
         self._events[k] = ev
+
+
+class TableArena:
+    """Pinned host memory used as a ring for the small per-batch tables GPU operators upload
+    (argument tables, windows, matrices).
+
+    Each upload takes the next free bytes and records an event after its copy; the bytes are
+    written again only once the ring has come round to them and that event has completed. With
+    a few MiB the ring holds many batches' tables, so the GPU stage does not wait for the device
+    as it did with :class:`PinnedRing`'s few slots, where every operator took a slot and the ring
+    came round within one batch: the launch thread then waited for the previous batch's kernels
+    (H100, augmented pipeline: 29 ms of a 97 ms batch in the first operator's upload).
+    """
+
+    ALIGN = 256
+
+    def __init__(self, size: int = 16 << 20):
+        self.size = size
+        self._buf = None
+        self._head = 0
+        self._lap = 0
+        self._live: collections.deque = collections.deque()  # (lap, start, event), in order
+        self._lock = threading.Lock()
+
+    def _reserve(self, nbytes: int) -> int:
+        n = -(-nbytes // self.ALIGN) * self.ALIGN
+        if self._head + n > self.size:  # wrap: what is left of the older lap is the oldest
+            while self._live and self._live[0][0] < self._lap:
+                self._live.popleft()[2].synchronize()
+            self._lap += 1
+            self._head = 0
+        start = self._head
+        while self._live and self._live[0][0] < self._lap and self._live[0][1] < start + n:
+            self._live.popleft()[2].synchronize()  # bytes of the last lap about to be written
+        self._head = start + n
+        return start
+
+    def upload(self, host: np.ndarray, stream):
+        """``host`` copied to a new CuPy array on ``stream``; the host does not wait for the device
+        unless the ring has come round to bytes whose copy is still queued."""
+        cp = _cupy()
+        host = np.ascontiguousarray(host)
+        out = cp.empty(host.shape, host.dtype)
+        nbytes = host.nbytes
+        if nbytes == 0:
+            return out
+        if nbytes > self.size // 8:
+            raise ValueError(f"TableArena: a table of {nbytes} bytes is too large for the ring")
+        with self._lock:
+            if self._buf is None:
+                self._buf = np.frombuffer(cp.cuda.alloc_pinned_memory(self.size), np.uint8, self.size)
+            start = self._reserve(nbytes)
+            self._buf[start:start + nbytes] = host.reshape(-1).view(np.uint8)
+            cp.cuda.runtime.memcpyAsync(out.data.ptr, self._buf.ctypes.data + start, nbytes,
+                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(stream)
+            self._live.append((self._lap, start, ev))
+        return out
 
 
 _module_cache: dict = {}

@@ -188,9 +188,14 @@ DOUBLE_OF_ANY = "template <typename V> __device__ double stoker_dbl(V v) { retur
 def upload_table(table, batch):
     """A small host table (NumPy) on the device, copied asynchronously on the batch's stream."""
     from stoker.backend.cuda import current_stream
-    from stoker.operators.transfer import _ring
+    from stoker.operators.transfer import table_arena
 
-    return _ring(batch).upload(table, current_stream(batch))
+    table = np.ascontiguousarray(table)
+    if table.nbytes > (1 << 20):  # a large table takes a staging slot of its own
+        from stoker.operators.transfer import _ring
+
+        return _ring(batch).upload(table, current_stream(batch))
+    return table_arena(batch).upload(table, current_stream(batch))
 
 
 def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarray:

@@ -67,6 +67,20 @@ def _ring(batch: BatchContext):
     return ring
 
 
+_arenas: dict = {}
+
+
+def table_arena(batch: BatchContext):
+    """The device's ring of pinned memory for small per-batch tables (``cuda.TableArena``)."""
+    from stoker.backend.cuda import TableArena
+
+    dev = batch.device_id or 0
+    arena = _arenas.get(dev)
+    if arena is None:
+        arena = _arenas.setdefault(dev, TableArena())
+    return arena
+
+
 @register
 class ToGpu(Operator):
     """Copies a host batch to the GPU (what ``DataNode.gpu()`` records)."""
