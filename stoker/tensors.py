@@ -215,6 +215,19 @@ class TensorListCPU(SampleList):
     __str__ = __repr__
 
 
+def batch_of_rows(values: np.ndarray, layout: str = "") -> TensorListCPU:
+    """A ``TensorListCPU`` whose sample ``i`` is ``values[i, ...]`` (a view), made without
+    per-sample conversion; ``values`` is kept as the batch's dense form, so a copy to the GPU
+    needs no stacking. For operators that compute a whole batch in one NumPy step."""
+    out = TensorListCPU.__new__(TensorListCPU)
+    n = values.shape[0]
+    out._samples = [values[i, ...] for i in range(n)]
+    out._layout = layout or ""
+    out._source_info = [""] * n
+    out._dense = values
+    return out
+
+
 def _to_numpy(x) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x

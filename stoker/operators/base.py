@@ -58,6 +58,13 @@ class BatchContext:
         """The index that keys sample i's random stream."""
         return self.sample_ids[i] if self.sample_ids is not None else i + self.index_offset
 
+    def sample_indices(self, n: int | None = None) -> np.ndarray:
+        """``sample_index(i)`` for the first ``n`` samples (default: the batch) as an int64 array."""
+        n = self.batch_size if n is None else n
+        if self.sample_ids is not None:
+            return np.asarray(self.sample_ids[:n], np.int64)
+        return np.arange(n, dtype=np.int64) + self.index_offset
+
 
 @dataclass
 class SampleContext:

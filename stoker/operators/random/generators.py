@@ -21,7 +21,7 @@ from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 from stoker.random_state import batch_uniforms
-from stoker.tensors import TensorListCPU
+from stoker.tensors import batch_of_rows
 
 _SHAPE = Arg("shape", "int_list", None, tensor=True, doc="shape of each sample (default: a scalar)")
 
@@ -50,15 +50,11 @@ class _Generator(Operator):
         if inputs or arg_inputs or self.args.get("shape") not in (None, []) or not hasattr(self, "vectorized"):
             return super().run_cpu(batch, inputs, arg_inputs)
         n = batch.batch_size
-        u = batch_uniforms(self.op_seed, batch.iteration, [batch.sample_index(i) for i in range(n)],
-                           self.draws_per_sample)
-        values = self.vectorized(u)
+        u = batch_uniforms(self.op_seed, batch.iteration, batch.sample_indices(n), self.draws_per_sample)
         # (values[i, ...] is a 0-d array view; iterating would give NumPy scalars, each reshaped
         # and converted back to an array one by one: most of this operator's time per batch in
         # the GPU training pipeline's CPU stage)
-        out = TensorListCPU([values[i, ...] for i in range(n)], "")
-        out._dense = values  # the batch as one array: a copy to the GPU needs no stacking
-        return [out]
+        return [batch_of_rows(self.vectorized(u))]
 
 
 @register
