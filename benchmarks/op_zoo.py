@@ -61,6 +61,10 @@ OPS = {
     "normalize": lambda fn, types, x: fn.normalize(fn.cast(x, dtype=types.FLOAT), mean=128.0, stddev=50.0),
     "water": lambda fn, types, x: fn.water(x),
     "cast_scale": _cast_scale,
+    "random_resized_crop": lambda fn, types, x: fn.random_resized_crop(x, size=(224, 224)),
+    "crop_mirror_normalize": lambda fn, types, x: fn.crop_mirror_normalize(
+        x, dtype=types.FLOAT, output_layout="CHW", mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+        std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=fn.random.coin_flip()),
 }
 
 

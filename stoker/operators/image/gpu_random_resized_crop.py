@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.base import SampleContext
 from stoker.operators.gpu_registry import host_fallback, register_gpu
 from stoker.operators.image.gpu_resize import resize_batch
-from stoker.operators.random.crop_window import sample_crop_window
+from stoker.operators.random.crop_window import draws_needed, sample_crop_windows
+from stoker.random_state import batch_uniforms
 
 _KERNEL_FILTERS = ("INTERP_LINEAR", "INTERP_TRIANGULAR")
 
@@ -37,11 +37,13 @@ def gpu_random_resized_crop(op, batch, inputs, arg_inputs):
         return host_fallback(op, batch, inputs, arg_inputs)
     shapes = x.geometry()[2]
     oh, ow = op.size
+    # Each sample's stream (SampleContext.rng on the CPU) drawn for the whole batch at once:
+    # sample_crop_windows gives the per-sample sampler's windows, so both devices crop alike.
+    attempts = int(op.args["num_attempts"])
+    u = batch_uniforms(op.op_seed, batch.iteration, batch.sample_indices(len(x)), draws_needed(attempts))
+    win = np.asarray(sample_crop_windows(u, shapes[:, 0], shapes[:, 1], op.area, op.aspect, attempts), np.float64)
     plans = np.empty((len(x), 6), np.float64)
-    for i, (h, w) in enumerate(shapes[:, :2].tolist()):
-        # the random stream run_cpu gives this sample (SampleContext.rng): the same window as the CPU
-        ctx = SampleContext(batch.sample_index(i), batch.iteration, op.op_seed, batch.source(i))
-        y, x0, ch, cw = sample_crop_window(ctx.rng, h, w, op.area, op.aspect, op.args["num_attempts"])
-        plans[i] = (oh, ow, y, x0, ch / oh, cw / ow)
+    plans[:, 0], plans[:, 1], plans[:, 2:4] = oh, ow, win[:, :2]
+    plans[:, 4], plans[:, 5] = win[:, 2] / oh, win[:, 3] / ow
     dense, _ = resize_batch(x, plans, batch)  # one output size: always dense
     return [TensorListGPU(dense, x.layout() or "HWC", x.source_info())]
