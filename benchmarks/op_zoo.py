@@ -63,7 +63,7 @@ OPS = {
     "cast_scale": _cast_scale,
     "random_resized_crop": lambda fn, types, x: fn.random_resized_crop(x, size=(224, 224)),
     "crop_mirror_normalize": lambda fn, types, x: fn.crop_mirror_normalize(
-        x, dtype=types.FLOAT, output_layout="CHW", mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+        x, crop=(224, 224), dtype=types.FLOAT, output_layout="HWC", mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
         std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=fn.random.coin_flip()),
 }
 

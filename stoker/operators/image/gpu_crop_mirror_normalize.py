@@ -139,6 +139,10 @@ def gpu_crop_mirror_normalize(op, batch, inputs, arg_inputs):
     if not set(arg_inputs) <= _BATCH_ARGS:
         return host_fallback(op, batch, inputs, arg_inputs)
     windows, mirror = batch_windows(op, x, arg_inputs)
+    if len(windows) and ((windows[:, 2:4] != windows[0, 2:4]).any()):
+        # Crops of several sizes (a ragged batch and no crop argument): the kernel writes one
+        # dense batch, so the host path makes the ragged output, as DALI gives it.
+        return host_fallback(op, batch, inputs, arg_inputs)
     a = op.args
     dtype = a.get("dtype") if a.get("dtype") is not None else np.float32
     layout = a.get("output_layout") or "CHW"
