@@ -3,7 +3,8 @@
 Device arrays are NumPy arrays in host memory whose ``.data.ptr`` is their real address, so
 stoker's host-side GPU code (argument tables, windows, flat output buffers, pinned uploads, which
 become real ``memmove`` copies) runs as it does on a GPU. Kernel launches are recorded in
-:data:`LAUNCHES` and do nothing: outputs hold whatever the allocator left there. That makes it
+:data:`LAUNCHES` and do nothing (but the few in :data:`EMULATED`): outputs hold whatever the
+allocator left there. That makes it
 fit for checking the host half of a GPU operator (its planning, the tables it uploads, how its
 cost grows with the batch), never its pixels; those are checked against the CPU on a real GPU
 (tests marked ``gpu``).
@@ -263,12 +264,30 @@ class _Runtime(types.ModuleType):
 
 # --- kernels -----------------------------------------------------------------------------------
 
+def _plain_copies(args) -> None:
+    """``window_copy_<size>`` where every sample is a plain copy (one dimension, no offset, the
+    input's extent): what ``_conditional.merge`` launches. Other windows are skipped, as any
+    kernel is."""
+    tab = np.asarray(args[0]).reshape(-1, 32)
+    size = np.asarray(args[1]).itemsize
+    for row in tab.tolist():
+        if row[3] == 1 and row[11] == row[17] == row[2] and row[23] == 1 and row[29] == 0:
+            ctypes.memmove(row[1], row[0], row[2] * size)
+
+
+# Kernels the null device runs (in NumPy) instead of skipping, so tests can check their results.
+EMULATED = {f"window_copy_{k}": _plain_copies for k in (1, 2, 4, 8)}
+
+
 class _Kernel:
     def __init__(self, name: str):
         self.name = name
 
     def __call__(self, grid, block, args, shared_mem: int = 0, stream=None):
         LAUNCHES.append((self.name, tuple(grid), tuple(block)))
+        emulate = EMULATED.get(self.name)
+        if emulate is not None:
+            emulate(args)
 
 
 class RawModule:

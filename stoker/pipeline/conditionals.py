@@ -27,7 +27,8 @@ those are, and every per-sample random stream is keyed by the sample's index in
 the whole batch, so a sample's random values do not depend on which other
 samples took the branch, nor on ``num_threads``.
 
-Limits: the data must be on the CPU (no GPU split/merge yet); an ``if`` whose
+Limits: the condition must be a CPU batch (the data may be on the GPU:
+:mod:`stoker.operators.tensor.gpu_conditional` splits and merges device batches); an ``if`` whose
 branches contain ``return``, ``break``/``continue`` (of an outer loop), ``yield``,
 ``global`` or ``nonlocal`` stays a plain Python ``if`` (a per-sample condition there
 raises an error saying so). Functions the pipeline calls are rewritten when called
@@ -137,8 +138,9 @@ def _scope_of(node: DataNode) -> Scope | None:
 def _check_cpu(node: DataNode, what: str) -> None:
     if node.device != "cpu":
         raise PipelineBuildError(
-            f"{node!r} is a GPU batch used in {what}: stoker's per-sample conditionals work on CPU data "
-            "for now. Apply the if to CPU batches and call .gpu() after it")
+            f"{node!r} is a GPU batch used as the condition of {what}: a per-sample condition must be a "
+            "CPU batch (the data it splits may be on the GPU). Compute it on the CPU, or bring it back "
+            "with .cpu()")
 
 
 def bring(node: DataNode, scope: Scope | None) -> DataNode:
@@ -152,7 +154,6 @@ def bring(node: DataNode, scope: Scope | None) -> DataNode:
         raise PipelineBuildError(
             f"{node!r} was produced inside a branch of {made} and used {where} without being merged: "
             "assign it to a variable in both branches (or before the if) so it can be merged per sample")
-    _check_cpu(node, scope.what)
     key = (node.source.id, node.index)
     got = scope.splits.get(key)
     if got is None:
@@ -347,8 +348,8 @@ def merge_value(name: str, a, b, t_scope: Scope, f_scope: Scope, pred: DataNode)
             "branches must give batches (or numbers) to merge per sample")
     if all(mergeable):
         a, b = _node_in(a, t_scope), _node_in(b, f_scope)
-        _check_cpu(a, what)
-        _check_cpu(b, what)
+        if a.device != b.device:  # (a number assigned in one branch, a GPU batch in the other)
+            a, b = _on_gpu(a, t_scope), _on_gpu(b, f_scope)
         with _in_scope(t_scope.parent):
             return invoke(_MERGE, [a, b, pred], {"variable": name, "what": what})
     if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
@@ -359,6 +360,13 @@ def merge_value(name: str, a, b, t_scope: Scope, f_scope: Scope, pred: DataNode)
     raise PipelineBuildError(
         f"variable '{name}' has different Python values in the two branches of {what} ({a!r} and {b!r}): "
         "with a per-sample condition only batches and numbers can differ between the branches")
+
+
+def _on_gpu(node: DataNode, scope: Scope) -> DataNode:
+    if node.device == "gpu":
+        return node
+    with _in_scope(scope):
+        return node.gpu()
 
 
 def _node_in(value, scope: Scope) -> DataNode:

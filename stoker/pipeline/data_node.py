@@ -248,6 +248,10 @@ class GraphRecorder:
 _INTERNAL_DEVICES = {"cpu_from_gpu": "cpu"}
 
 
+# Operators whose last input (a per-sample if's predicate) stays a CPU batch on the GPU.
+_HOST_PREDICATE_OPS = ("_conditional.split", "_conditional.merge")
+
+
 def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) -> DataNode | tuple:
     """Record one operator call. Returns one DataNode or a tuple of them."""
     cls = get_operator(op_name)
@@ -273,7 +277,9 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
             f"{op_name}: a CPU operator cannot take a GPU input ({[x.name for x in inputs if x.device == 'gpu']}); "
             "move the operator to the GPU with device='gpu' or keep the data on the CPU")
     if placement == "gpu" and op_name not in ("_to_gpu",):
-        inputs = [x if x.device == "gpu" else x.gpu() for x in inputs]
+        # (a per-sample if's predicate stays on the host: the GPU stage reads it to split/merge)
+        keep = len(inputs) - 1 if op_name in _HOST_PREDICATE_OPS else len(inputs)
+        inputs = [x if x.device == "gpu" or i >= keep else x.gpu() for i, x in enumerate(inputs)]
     static, arg_nodes = schema.bind(kwargs, lambda v: isinstance(v, DataNode))
     if schema.input_count_arg:  # e.g. random_bbox_crop: a labels input adds an output
         static[schema.input_count_arg] = len(inputs)

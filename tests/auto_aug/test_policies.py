@@ -270,3 +270,35 @@ def test_deterministic_policies_match_dali():
             got, want = run(stoker, mine), run(nvidia.dali, dalis)
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("scheme", [
+    lambda x: auto_augment.auto_augment(x),
+    lambda x: rand_augment.rand_augment(x, n=2, m=9),
+    lambda x: trivial_augment.trivial_augment_wide(x),
+], ids=["aa", "ra", "ta"])
+def test_schemes_build_and_run_on_gpu_batches(scheme):
+    """On the null device (CuPy's host half on NumPy, kernels skipped): GPU batches go through the
+    per-sample ifs (they were refused at build) and come out with each sample's shape and type.
+    Their pixels are compared with the CPU's on a GPU (tests/gpu/test_conditionals_gpu.py)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import null_device
+
+    images = _images()
+    with null_device.installed(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        @stoker.pipeline_def(batch_size=BS, num_threads=1, device_id=0, seed=4, enable_conditionals=True)
+        def pipe():
+            return scheme(stoker.fn.external_source(source=lambda: images, batch=True, layout="HWC").gpu())
+
+        p = pipe()
+        p.build()
+        for _ in range(2):
+            (out,) = p.run()
+            assert [tuple(s) for s in out.shape()] == [img.shape for img in images]
+            assert out.element_dtype() == np.uint8
+        p.close()

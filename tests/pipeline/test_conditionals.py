@@ -1,6 +1,8 @@
 """Per-sample conditionals (``@pipeline_def(enable_conditionals=True)``): if/elif/else, and/or/not,
 conditional expressions, against NumPy references and DALI as an oracle."""
 
+import os
+import sys
 import types as pytypes
 
 import numpy as np
@@ -520,18 +522,61 @@ def test_called_functions_match_dali():
         np.testing.assert_array_equal(np.stack(g), np.stack(w))
 
 
-def test_gpu_data_in_a_branch_is_refused_clearly():
+def test_a_gpu_condition_is_refused_clearly():
     @stoker.pipeline_def(batch_size=BS, num_threads=1, device_id=0, enable_conditionals=True)
     def pipe():
         d = stoker.fn.external_source(source=_data, batch=True)
-        c = stoker.fn.external_source(source=_feed(PREDS, np.bool_), batch=True)
+        c = stoker.fn.external_source(source=_feed(PREDS, np.bool_), batch=True).gpu()
         g = d.gpu()
         if c:
             g = g + 1
         return g
 
-    with pytest.raises(PipelineBuildError, match="GPU batch.*CPU data"):
+    with pytest.raises(PipelineBuildError, match="GPU batch used as the condition.*CPU batch"):
         pipe()
+
+
+def _gpu_if(device_data: bool):
+    """An if/else on data that is on the GPU (when ``device_data``): both branches change it (the
+    if branch twice), and a number is assigned in each."""
+
+    @stoker.pipeline_def(batch_size=BS, num_threads=1, device_id=0, seed=2, enable_conditionals=True)
+    def pipe():
+        d = stoker.fn.external_source(source=_data, batch=True)
+        c = stoker.fn.external_source(source=_feed(PREDS, np.bool_), batch=True)
+        g = d.gpu() if device_data else d
+        if c:
+            g = g * 3
+            g = g + 1
+            k = 5
+        else:
+            g = g - 2
+            k = 7
+        return g, k
+
+    return pipe
+
+
+def test_gpu_batches_split_and_merge_as_cpu_ones():
+    """On the null device (CuPy's host half on NumPy; the merge's copy kernel emulated): the
+    branches see views of the GPU batch and the merge puts them back in sample order."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import null_device
+
+    with null_device.installed():
+        p = _gpu_if(True)()
+        p.build()
+        got = [[np.asarray(s) for s in out.as_cpu().samples()] for out in p.run()]
+        p.close()
+        assert any(name.startswith("window_copy") for name, _, _ in null_device.LAUNCHES)
+    p = _gpu_if(False)()
+    p.build()
+    want = [[np.asarray(s) for s in out.samples()] for out in p.run()]
+    p.close()
+    for g_out, w_out in zip(got, want):
+        assert len(g_out) == len(w_out) == BS
+        for g, w in zip(g_out, w_out):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_skipped_samples_before_the_if_are_refilled(tmp_path):

@@ -26,8 +26,15 @@ def predicate_mask(pred: TensorListCPU, what: str, operator: str = "if", origin:
     Each sample must be a scalar (a 0-d tensor) of a boolean or numeric type;
     numbers are true when nonzero, as in Python and DALI.
     """
+    samples = pred.samples()
+    try:  # the usual case, every sample a numeric or boolean scalar, in one NumPy step
+        flat = np.asarray(samples)
+    except ValueError:
+        flat = None
+    if flat is not None and flat.shape == (len(samples),) and flat.dtype.kind in "biuf":
+        return (flat != 0).tolist()
     mask = []
-    for i, s in enumerate(pred.samples()):
+    for i, s in enumerate(samples):
         arr = np.asarray(s)
         if arr.ndim != 0 or arr.dtype.kind not in "biuf":
             kind = f"a {arr.ndim}-d input" if arr.ndim else f"a {arr.dtype} value"
@@ -50,6 +57,7 @@ class Split(Operator):
         doc="Keeps the samples whose predicate equals `branch` (one side of a per-sample if).",
         args=[Arg("branch", "bool", True, doc="True: the if branch; False: the else branch"), _WHAT],
         inputs=(2, 2),
+        devices=("cpu", "gpu"),
     )
 
     def run_cpu(self, batch, inputs, arg_inputs):
@@ -72,6 +80,7 @@ class Merge(Operator):
         doc="Interleaves the if-branch and else-branch batches back into one batch by the predicate.",
         args=[Arg("variable", "str", "", doc="(internal) the merged variable's name, for errors"), _WHAT],
         inputs=(3, 3),
+        devices=("cpu", "gpu"),
     )
 
     def run_cpu(self, batch, inputs, arg_inputs):

@@ -1,0 +1,119 @@
+"""Per-sample conditionals on GPU batches: ``_conditional.split`` and ``_conditional.merge``.
+
+The predicate stays a CPU batch (it comes from the CPU stage: random draws, comparisons of
+host values), so the GPU stage knows each branch's samples without waiting for the device.
+
+- split makes no copy: the branch's batch is a ``TensorListGPU.from_flat`` view of the input's
+  buffer at the kept samples' offsets.
+- merge writes one flat batch in the original sample order with one launch of the batched copy
+  kernel (``kernels/window_copy.cu`` with one dimension per sample); when one branch took every
+  sample, that branch's batch is the result as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import OperatorError
+from stoker.operators.gpu_registry import contiguous_samples, flat_offsets, grid_for, register_gpu, upload_table
+from stoker.operators.tensor.conditional import predicate_mask
+
+
+def _placement(x):
+    """(element pointers, shapes) of every sample of ``x`` (contiguous samples)."""
+    parts = x.flat_parts()
+    if parts is not None:
+        buf, offsets, shapes = parts
+        return buf.data.ptr + offsets * buf.itemsize, shapes
+    ptrs, _, shapes = contiguous_samples(x).geometry()
+    return ptrs, shapes
+
+
+@register_gpu("_conditional.split", devices=("gpu",))
+def gpu_split(op, batch, inputs, arg_inputs):
+    """The samples of a GPU batch whose (CPU) predicate equals the branch, as views."""
+    from stoker.tensors_gpu import TensorListGPU
+
+    data, pred = inputs
+    if len(data) != len(pred):
+        raise OperatorError(f"the data has {len(data)} samples but the condition {len(pred)}",
+                            operator=op.instance_name, origin=op.origin)
+    mask = np.asarray(predicate_mask(pred, op.args["what"], op.instance_name, op.origin), bool)
+    keep = np.flatnonzero(mask == bool(op.args["branch"]))
+    sources = data.source_info()
+    kept_sources = [sources[i] for i in keep.tolist()]
+    if keep.size == len(data):
+        return [TensorListGPU(data, data.layout(), kept_sources)]
+    parts = contiguous_samples(data).flat_parts()
+    if parts is None:  # samples in separate buffers: views of the kept ones
+        samples = data.samples()
+        return [TensorListGPU([samples[i] for i in keep.tolist()], data.layout(), kept_sources)]
+    buf, offsets, shapes = parts
+    return [TensorListGPU.from_flat(buf, offsets[keep], shapes[keep], data.layout(), kept_sources,
+                                    keep_alive=data)]
+
+
+@register_gpu("_conditional.merge", devices=("gpu",))
+def gpu_merge(op, batch, inputs, arg_inputs):
+    """The two branches' GPU batches back in the original sample order, in one flat buffer."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    on_true, on_false, pred = inputs
+    mask = np.asarray(predicate_mask(pred, op.args["what"], op.instance_name, op.origin), bool)
+    count = int(mask.sum())
+    if (count, mask.size - count) != (len(on_true), len(on_false)):
+        raise OperatorError(
+            f"variable '{op.args['variable']}': the branches gave {len(on_true)} and {len(on_false)} "
+            f"samples for {count} true and {mask.size - count} false conditions",
+            operator=op.instance_name, origin=op.origin)
+    _check_alike(op, on_true, on_false)
+    layout = on_true.layout() or on_false.layout()
+    sources = np.empty(mask.size, object)
+    sources[mask], sources[~mask] = on_true.source_info()[:count], on_false.source_info()[:mask.size - count]
+    if count == mask.size or count == 0:
+        whole = on_true if count else on_false
+        return [TensorListGPU(whole, layout, sources.tolist())]
+    dtype = on_true.element_dtype()
+    t_ptrs, t_shapes = _placement(on_true)
+    f_ptrs, f_shapes = _placement(on_false)
+    shapes = np.empty((mask.size, t_shapes.shape[1]), np.int64)
+    shapes[mask], shapes[~mask] = t_shapes, f_shapes
+    src = np.empty(mask.size, np.int64)
+    src[mask], src[~mask] = t_ptrs, f_ptrs
+    sizes = np.prod(shapes, axis=1, dtype=np.int64)
+    offsets = flat_offsets(sizes)
+    cp = cuda._cupy()
+    buf = cp.empty(max(int(sizes.sum()), 1), dtype)
+    if sizes.any():
+        # window_copy's table, one dimension per sample: a plain copy of `sizes[i]` elements
+        tab = np.zeros((mask.size, 32), np.int64)
+        tab[:, 0], tab[:, 1], tab[:, 2], tab[:, 3] = src, buf.data.ptr + offsets * dtype.itemsize, sizes, 1
+        tab[:, 5] = -1
+        tab[:, 11] = tab[:, 17] = sizes  # output and input extents of the innermost dimension
+        tab[:, 23] = 1  # its stride
+        grid, block = grid_for(int(sizes.max()), mask.size)
+        fills = np.zeros(1, np.dtype(f"u{dtype.itemsize}"))
+        kernel = cuda.load_kernel("window_copy", f"window_copy_{dtype.itemsize}")
+        kernel(grid, block, (upload_table(tab, batch), upload_table(fills, batch)))
+    return [TensorListGPU.from_flat(buf, offsets, shapes, layout, sources.tolist())]
+
+
+def _check_alike(op, a, b) -> None:
+    """Both branches give one element type and dimensionality (the CPU merge's rule)."""
+    if not len(a) or not len(b):
+        return
+    problem = None
+    if a.element_dtype() != b.element_dtype():
+        problem = f"types differ: {a.element_dtype()} in the if branch, {b.element_dtype()} in the else branch"
+    elif a.ndim != b.ndim:
+        problem = f"numbers of dimensions differ: {a.ndim} in the if branch, {b.ndim} in the else branch"
+    elif a.layout() and b.layout() and a.layout() != b.layout():
+        problem = f"layouts differ: '{a.layout()}' in the if branch, '{b.layout()}' in the else branch"
+    elif a.element_dtype().itemsize not in (1, 2, 4, 8):
+        problem = f"element type {a.element_dtype()} has no GPU copy"
+    if problem:
+        raise OperatorError(
+            f"variable '{op.args['variable']}' of {op.args['what'] or 'a per-sample if'} is merged from both "
+            f"branches into one batch, but its {problem}. Make both branches produce the same type and "
+            "dimensionality (e.g. fn.cast, fn.reshape)", operator=op.instance_name, origin=op.origin)
