@@ -63,7 +63,9 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
     if lib == "stoker":
         _instrument(timers)
 
-    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1)
+    conditional = case.split(":", 1)[-1] in op_zoo.CONDITIONAL
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1, enable_conditionals=conditional)
     def pipe():
         if case.startswith("pipeline:"):
             return op_zoo.PIPELINES[case.split(":", 1)[1]](fn, types, root)
@@ -127,7 +129,7 @@ def main() -> None:
     ap.add_argument("root")
     ap.add_argument("--libs", default="stoker,dali")
     ap.add_argument("--ops", default="all")
-    ap.add_argument("--pipelines", default="augmented,detection")
+    ap.add_argument("--pipelines", default="augmented,detection,rand_augment,trivial_augment")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)

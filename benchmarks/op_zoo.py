@@ -100,4 +100,28 @@ def detection_style(fn, types, root: str):
     return _cast_scale(fn, types, x), labels
 
 
-PIPELINES = {"augmented": augmented_classification, "detection": detection_style}
+def _auto_aug(fn, name: str):
+    import importlib
+
+    prefix = "stoker" if fn.__name__.startswith("stoker") else "nvidia.dali"
+    return importlib.import_module(f"{prefix}.auto_aug.{name}")
+
+
+def rand_augment_pipeline(fn, types, root: str):
+    """Decode, resize 256, RandAugment (n=2, m=9) on the GPU batch, crop_mirror_normalize 224."""
+    x, labels = decode_resize(fn, types, root)
+    x = _auto_aug(fn, "rand_augment").rand_augment(x, n=2, m=9)
+    return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW"), labels
+
+
+def trivial_augment_pipeline(fn, types, root: str):
+    """Decode, resize 256, TrivialAugment Wide on the GPU batch, crop_mirror_normalize 224."""
+    x, labels = decode_resize(fn, types, root)
+    x = _auto_aug(fn, "trivial_augment").trivial_augment_wide(x)
+    return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW"), labels
+
+
+PIPELINES = {"augmented": augmented_classification, "detection": detection_style,
+             "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
+# Pipelines whose functions need @pipeline_def(enable_conditionals=True).
+CONDITIONAL = {"rand_augment", "trivial_augment"}

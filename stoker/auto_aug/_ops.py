@@ -169,3 +169,14 @@ class SolarizeAdd(_Pointwise):
         v = np.arange(256, dtype=np.uint8)
         table = np.where(v < 128, v + np.asarray(shift).astype(np.uint8).reshape(()), v).astype(np.uint8)
         return _map_frames(img, "solarize_add", lambda f: table)
+
+
+def _gpu_placements() -> None:
+    """These operators take GPU batches through the host path (``gpu_registry.HOST_FALLBACK_ON_GPU``);
+    the registry adds that placement to operators registered so far, so it is asked again here."""
+    from stoker.operators import gpu_registry
+
+    gpu_registry.load_gpu_impls()
+
+
+_gpu_placements()
