@@ -45,16 +45,20 @@ class _Generator(Operator):
         return [""]
 
     def run_cpu(self, batch, inputs, arg_inputs):
-        # The common case (no input, no per-sample arguments, scalar samples) in one NumPy
-        # call over the batch: the same values as run_sample, without per-sample Python.
-        if inputs or arg_inputs or self.args.get("shape") not in (None, []) or not hasattr(self, "vectorized"):
+        # The common case (no input, no per-sample arguments, a static shape) in one NumPy call
+        # over the batch: the same values as run_sample, without per-sample Python.
+        shape = self.args.get("shape")
+        shape = () if shape in (None, []) else tuple(int(v) for v in shape)
+        if (inputs or arg_inputs or not hasattr(self, "vectorized") or any(v < 0 for v in shape)
+                or (shape and not hasattr(self, "vectorized_shaped"))):
             return super().run_cpu(batch, inputs, arg_inputs)
         n = batch.batch_size
-        u = batch_uniforms(self.op_seed, batch.iteration, batch.sample_indices(n), self.draws_per_sample)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        u = batch_uniforms(self.op_seed, batch.iteration, batch.sample_indices(n), self.draws_per_sample * count)
         # (values[i, ...] is a 0-d array view; iterating would give NumPy scalars, each reshaped
         # and converted back to an array one by one: most of this operator's time per batch in
         # the GPU training pipeline's CPU stage)
-        return [batch_of_rows(self.vectorized(u))]
+        return [batch_of_rows(self.vectorized_shaped(u, shape) if shape else self.vectorized(u))]
 
 
 @register
@@ -106,6 +110,21 @@ class Uniform(_Generator):
         lo, hi = (float(v) for v in np.asarray(self.args["range"], np.float64).reshape(-1)[:2])
         x = lo + (hi - lo) * u
         return (np.floor(x) if np.dtype(dtype).kind in "iu" else x).astype(dtype)
+
+    def vectorized_shaped(self, u, shape):
+        """Samples of a static ``shape``: row i of ``u`` holds sample i's draws, one per value."""
+        dtype = self.args["dtype"]
+        if self.args.get("values") is not None:
+            vals = np.asarray(self.args["values"], np.float64).reshape(-1)
+            if vals.size == 0:
+                raise arg_error("random.uniform", "values", "is empty")
+            out = vals[np.minimum((u * vals.size).astype(np.int64), vals.size - 1)]
+        else:
+            lo, hi = (float(v) for v in np.asarray(self.args["range"], np.float64).reshape(-1)[:2])
+            out = lo + (hi - lo) * u
+            if np.dtype(dtype).kind in "iu":
+                out = np.floor(out)
+        return out.reshape(u.shape[0], *shape).astype(dtype)
 
 
 @register

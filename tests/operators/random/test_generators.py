@@ -201,3 +201,22 @@ def test_choice_shape_like_input_matches_dali_shapes():
     assert [(o.shape, o.dtype) for o in ours] == [(t.shape, t.dtype) for t in theirs] == \
         [((2, 3), np.int32), ((4, 1), np.int32), ((1, 5), np.int32)]
     assert all(np.isin(o, [5, 7, 9]).all() for o in ours)
+
+
+@pytest.mark.parametrize("kw", [dict(range=(-0.2, 0.2), shape=(2,)), dict(values=[1, 2, 5], shape=(3, 2)),
+                                dict(range=(0, 10), shape=(4,), dtype=np.int32), dict(range=(1, 3), shape=(0,))])
+def test_uniform_of_a_static_shape_is_drawn_for_the_batch_as_sample_by_sample(kw):
+    """The whole-batch path (one NumPy step) gives run_sample's values for shaped samples too."""
+    from stoker.operators.base import BatchContext, Operator
+    from stoker.operators.schema import get_operator
+
+    cls = get_operator("random.uniform")
+    static, _ = cls.schema.bind(kw, lambda v: False)
+    op = cls(static, "cpu", op_seed=1234)
+    batch = BatchContext(batch_size=20, iteration=3, index_offset=5)
+    got = op.run_cpu(batch, [], {})[0].samples()
+    want = Operator.run_cpu(op, batch, [], {})[0].samples()
+    assert len(got) == len(want) == 20
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
