@@ -61,11 +61,94 @@ def _centered(lin, center):
     return np.concatenate([lin, t.reshape(n, 1)], 1)
 
 
+def _compose_batch(a, b):
+    """:func:`_compose` for stacks (n, k, k): the same float32 terms summed in the same order."""
+    out = a[:, :, :1] * b[:, :1, :]
+    for k in range(1, a.shape[2]):
+        out = out + a[:, :, k:k + 1] * b[:, k:k + 1, :]
+    return out
+
+
+def _homog_batch(m):
+    """:func:`_homog` for a stack (n, d, d + 1)."""
+    n, d = m.shape[0], m.shape[1]
+    out = np.zeros((n, d + 1, d + 1), m.dtype)
+    out[:, :d] = m
+    out[:, d, d] = 1
+    return out
+
+
+def _centered_batch(lin, center):
+    """:func:`_centered` for a stack of linear parts (n, d, d) and centres (n, d) or None."""
+    n, d = lin.shape[0], lin.shape[1]
+    lin = lin.astype(np.float32)
+    if center is None:
+        t = np.zeros((n, d), np.float32)
+    else:
+        c = center.astype(np.float32)
+        t = c - _compose_batch(lin, c.reshape(n, d, 1)).reshape(n, d)
+    return np.concatenate([lin, t.reshape(n, d, 1)], 2)
+
+
+def _rows(op, arg_inputs, name, n):
+    """Argument ``name`` of every sample as (n, k) float64 rows (``_vals`` of each), None when not
+    given; PerSample where the samples differ in size (the per-sample path then runs)."""
+    from stoker.operators.image.geometry_batch import sample_rows
+
+    return sample_rows(op, arg_inputs, name, n)
+
+
+def _batch_outputs(batch, n, mats, layout):
+    """The batch's output: sample views of the (n, d, d + 1) float32 stack, made without
+    per-sample conversion (``tensors.batch_of_rows``; the stack is kept for a copy to the GPU)."""
+    from stoker.tensors import batch_of_rows
+
+    out = batch_of_rows(mats, layout)
+    if batch.sources:  # (as the per-sample path names them)
+        out._source_info = list(batch.sources[:n]) + [""] * max(0, n - len(batch.sources))
+    return [out]
+
+
 class _Transform(Operator):
     """Common part: compose the sample's own matrix with an optional input transform."""
 
     def own(self, args) -> np.ndarray:
         raise NotImplementedError
+
+    def own_batch(self, arg_inputs, n: int):
+        """Every sample's :meth:`own` at once: an (n, d, d + 1) stack with the per-sample values to
+        the bit, or None where only the per-sample path applies. It may raise anything: the
+        per-sample path then runs and raises (or skips) as it always did."""
+        return None
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        # The whole batch in a few NumPy steps (a matrix per sample feeding a GPU operator
+        # should cost about as much as a constant one, issue 16); anything unusual or wrong
+        # goes through the per-sample path, which gives the same matrices and the errors.
+        if batch.fuse_probe is None:
+            try:
+                out = self._run_batch(batch, inputs, arg_inputs)
+            except Exception:
+                out = None
+            if out is not None:
+                return out
+        return super().run_cpu(batch, inputs, arg_inputs)
+
+    def _run_batch(self, batch, inputs, arg_inputs):
+        n = len(inputs[0]) if inputs else batch.batch_size
+        m = self.own_batch(arg_inputs, n) if n else None
+        if m is None or m.ndim != 3 or m.shape[1] < 1:
+            return None
+        m = m.astype(np.float32)
+        if inputs:
+            prev = np.asarray(inputs[0].samples(), np.float64)
+            if prev.shape != m.shape:  # (ragged or mismatched inputs: the per-sample path's errors)
+                return None
+            own, prev = _homog_batch(m), _homog_batch(prev.astype(np.float32))
+            a, b = (prev, own) if self.args["reverse_order"] else (own, prev)
+            m = _compose_batch(a, b)[:, :m.shape[1]]
+        layouts = self.output_layouts([t.layout() for t in inputs])
+        return _batch_outputs(batch, n, np.ascontiguousarray(m), layouts[0])
 
     def run_sample(self, inputs, args, ctx):
         m = self.own(args)
@@ -93,6 +176,21 @@ class _Transform(Operator):
         return c
 
 
+def _broadcast_rows(v, d):
+    """Rows of one value spread to ``d`` (as ``np.full(n, v[0])`` per sample); others must hold ``d``."""
+    if v.shape[1] == 1:
+        return np.repeat(v, d, axis=1)
+    if v.shape[1] != d:
+        raise ValueError(f"{v.shape[1]} values for a {d}D transform")
+    return v
+
+
+def _center_rows(op, arg_inputs, n, d):
+    """:meth:`_Transform._center` of every sample: (n, d) rows or None."""
+    c = _rows(op, arg_inputs, "center", n)
+    return None if c is None else _broadcast_rows(c, d)
+
+
 @register
 class Translation(_Transform):
     """Translation by ``offset``."""
@@ -110,6 +208,11 @@ class Translation(_Transform):
         if off is None:
             raise arg_error(self.schema.name, "offset", "is required")
         return np.concatenate([np.eye(off.size), off.reshape(-1, 1)], 1)
+
+    def own_batch(self, arg_inputs, n):
+        off = _rows(self, arg_inputs, "offset", n)
+        d = off.shape[1]
+        return np.concatenate([np.broadcast_to(np.eye(d), (n, d, d)), off.reshape(n, d, 1)], 2)
 
 
 @register
@@ -148,6 +251,25 @@ class Scale(_Transform):
         s = s.astype(np.float32)
         t = np.zeros(n, np.float32) if c is None else c.astype(np.float32) * (np.float32(1) - s)
         return np.concatenate([np.diag(s), t.reshape(n, 1)], 1)
+
+    def own_batch(self, arg_inputs, n):
+        s = _rows(self, arg_inputs, "scale", n)
+        c = _rows(self, arg_inputs, "center", n)
+        if self.args["ndim"] is not None:
+            d = self.args["ndim"]
+            if d < 1:
+                return None
+        elif s.shape[1] > 1 or c is None:
+            d = s.shape[1]
+        else:
+            d = c.shape[1]
+        s = _broadcast_rows(s, d)
+        c = None if c is None else _broadcast_rows(c, d)
+        s = s.astype(np.float32)
+        t = np.zeros((n, d), np.float32) if c is None else c.astype(np.float32) * (np.float32(1) - s)
+        lin = np.zeros((n, d, d), np.float32)
+        lin[:, np.arange(d), np.arange(d)] = s
+        return np.concatenate([lin, t.reshape(n, d, 1)], 2)
 
 
 def _rotation_3d(axis, rad):
@@ -188,6 +310,16 @@ class Rotation(_Transform):
             lin = _rotation_3d(axis / norm, rad)
         return _centered(lin, self._center(args, lin.shape[0]))
 
+    def own_batch(self, arg_inputs, n):
+        from stoker.operators.image.geometry_batch import sample_scalars
+
+        if "axis" in arg_inputs or self.args.get("axis") is not None:
+            return None  # 3D: the per-sample path
+        rad = np.deg2rad(sample_scalars(self, arg_inputs, "angle", n))
+        c, s = np.cos(rad), np.sin(rad)
+        lin = np.stack([np.stack([c, -s], 1), np.stack([s, c], 1)], 1)
+        return _centered_batch(lin, _center_rows(self, arg_inputs, n, 2))
+
 
 @register
 class Shear(_Transform):
@@ -222,6 +354,18 @@ class Shear(_Transform):
         else:
             raise arg_error(op, name, f"expected 2 (2D) or 6 (3D) values, got {s.size}")
         return _centered(lin, self._center(args, lin.shape[0]))
+
+    def own_batch(self, arg_inputs, n):
+        s = _rows(self, arg_inputs, "shear", n)
+        ang = _rows(self, arg_inputs, "angles", n)
+        if (s is None) == (ang is None) or (ang is not None and np.any(np.abs(ang) >= 90)):
+            return None
+        if ang is not None:
+            s = np.tan(np.deg2rad(ang))
+        d = {2: 2, 6: 3}[s.shape[1]]
+        lin = np.ones((n, d, d))
+        lin[:, ~np.eye(d, dtype=bool)] = s  # the off-diagonal terms, row by row, as own() places them
+        return _centered_batch(lin, _center_rows(self, arg_inputs, n, d))
 
 
 @register
@@ -265,6 +409,24 @@ class CropTransform(_Transform):
         scale = (te - ts) / span
         return np.concatenate([np.diag(scale), (ts - scale * fs).reshape(-1, 1)], 1)
 
+    def own_batch(self, arg_inputs, n):
+        names = ("from_start", "from_end", "to_start", "to_end")
+        vals = [_rows(self, arg_inputs, k, n) for k in names]
+        d = max([v.shape[1] for v in vals if v is not None] or [1])
+        fs, fe, ts, te = (np.full((n, d), dv) if v is None else _broadcast_rows(v, d)
+                          for v, dv in zip(vals, (0.0, 1.0, 0.0, 1.0)))
+        if self.args["absolute"]:
+            fs, fe = np.minimum(fs, fe), np.maximum(fs, fe)
+            ts, te = np.minimum(ts, te), np.maximum(ts, te)
+        fs, fe, ts, te = (v.astype(np.float32) for v in (fs, fe, ts, te))
+        span = fe - fs
+        if np.any(span == 0):
+            return None
+        scale = (te - ts) / span
+        lin = np.zeros((n, d, d), np.float32)
+        lin[:, np.arange(d), np.arange(d)] = scale
+        return np.concatenate([lin, (ts - scale * fs).reshape(n, d, 1)], 2)
+
 
 @register
 class Combine(Operator):
@@ -288,6 +450,25 @@ class Combine(Operator):
             h = _homog(m.astype(np.float32))
             out = _compose(out, h) if self.args["reverse_order"] else _compose(h, out)
         return out[:n]
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        # As _Transform.run_cpu: the whole batch at once where the inputs stack, else (and for
+        # any error) the per-sample path.
+        if batch.fuse_probe is None and inputs and len(inputs[0]):
+            try:
+                mats = [np.asarray(x.samples(), np.float64) for x in inputs]
+                n, d = mats[0].shape[0], mats[0].shape[1]
+                if any(m.shape != (n, d, d + 1) for m in mats):
+                    raise ValueError("inputs differ")
+                out = _homog_batch(mats[0].astype(np.float32))
+                for m in mats[1:]:  # accumulate from the first, as run_sample
+                    h = _homog_batch(m.astype(np.float32))
+                    out = _compose_batch(out, h) if self.args["reverse_order"] else _compose_batch(h, out)
+                layout = self.output_layouts([t.layout() for t in inputs])[0]
+                return _batch_outputs(batch, n, np.ascontiguousarray(out[:, :d]), layout)
+            except Exception:
+                pass
+        return super().run_cpu(batch, inputs, arg_inputs)
 
     def output_layouts(self, input_layouts):
         return ["**"]  # as DALI: a matrix with no named axes

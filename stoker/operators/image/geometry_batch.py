@@ -4,10 +4,13 @@ The GPU operators build their per-sample kernel tables from these, so that a
 batch of 256 costs a few array operations on the host instead of 256 Python
 calls. Each function gives exactly the numbers of its per-sample twin (the
 same float64 operations in the same order); tests/operators/image/
-test_geometry_batch.py checks them against each other.
+test_geometry_batch.py checks them against each other (the rotation helpers and the
+per-sample argument columns below: test_gpu_plans.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -106,3 +109,130 @@ def crop_anchors(in_extent: np.ndarray, crop_extent: np.ndarray, pos: np.ndarray
     if rounding == "truncate":
         return np.trunc(prod).astype(np.int64)
     return round_half_away(prod)
+
+
+def cos_sin_degrees(angles) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of ``angles`` (degrees) as float64 arrays, each value exactly what
+    ``math.cos(math.radians(a))`` / ``math.sin(...)`` give: the per-sample geometry uses ``math``,
+    and NumPy's SIMD sin/cos may differ from it in the last bit on some CPUs. The builtins are
+    mapped at C level (no Python frame per sample)."""
+    rad = list(map(math.radians, np.asarray(angles, np.float64).reshape(-1).tolist()))
+    n = len(rad)
+    return np.fromiter(map(math.cos, rad), np.float64, n), np.fromiter(map(math.sin, rad), np.float64, n)
+
+
+def _parity_ceils(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Vectorized ``geometry._parity_ceil``: ``ceil(x - 0.01)`` up to the parity of ``like``, at least 1."""
+    n = np.ceil(x - 0.01).astype(np.int64)
+    n = n + ((n - like) % 2 != 0)
+    return np.maximum(n, 1)
+
+
+def rotated_sizes(in_hw: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """(N, 2) int64 output sizes of :func:`geometry.rotated_size` for (N, 2) input sizes rotated
+    by the angles whose cosines and sines (:func:`cos_sin_degrees`) are given."""
+    in_hw = np.asarray(in_hw, np.int64).reshape(-1, 2)
+    height, width = in_hw[:, 0], in_hw[:, 1]
+    c, s = np.abs(cos), np.abs(sin)
+    w = width * c + height * s
+    h = width * s + height * c
+    # nearer a quarter turn the output axes run along the other input axes (see rotated_size)
+    quarter = np.where(np.abs(s - c) <= 1e-7, cos > 0, s > c)
+    out = np.empty((in_hw.shape[0], 2), np.int64)
+    out[:, 0] = np.where(quarter, _parity_ceils(h, width), _parity_ceils(h, height))
+    out[:, 1] = np.where(quarter, _parity_ceils(w, height), _parity_ceils(w, width))
+    return out
+
+
+def rotation_matrices(cos: np.ndarray, sin: np.ndarray, in_hw, out_hw, half_centre: bool = False) -> np.ndarray:
+    """(N, 6) float64 rows of ``geometry.rotation_matrix`` (OpenCV's integer-centre convention) or,
+    with ``half_centre``, of ``rotate._half_centre_matrix(...)[:2]`` (DALI's), for every sample.
+    The products go through ``np.matmul`` on (N, 2, 2) @ (N, 2, 1) stacks: the same BLAS
+    matrix-vector product per sample as the per-sample ``rot @ v`` (an element-wise sum of
+    products can differ from it in the last bit)."""
+    n = cos.shape[0]
+    in_hw = np.asarray(in_hw, np.float64).reshape(n, 2)
+    out_hw = np.asarray(out_hw, np.float64).reshape(n, 2)
+    rot = np.empty((n, 2, 2))
+    rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1] = cos, -sin, sin, cos
+    # (x, y) centres, contiguous: BLAS takes strided (reversed) operands another way
+    co = np.ascontiguousarray(out_hw[:, ::-1]) / 2.0
+    ci = np.ascontiguousarray(in_hw[:, ::-1]) / 2.0
+    if half_centre:
+        t = ci - np.matmul(rot, co[:, :, None])[:, :, 0]
+    else:
+        t = np.matmul(rot, (0.5 - co)[:, :, None])[:, :, 0] + ci - 0.5
+    return np.concatenate([rot, t[:, :, None]], axis=2).reshape(n, 6)
+
+
+# --- per-sample arguments as whole-batch columns -------------------------------------------------
+
+class PerSample(Exception):  # noqa: N818 - a signal, not an error
+    """The batch's arguments take the per-sample rule: ragged or per-frame argument inputs, or
+    values the per-sample rule may refuse (it then raises naming the sample). Not a sample
+    error, so ``gpu_registry.plan_batch`` lets it through to :func:`plan_rows`."""
+
+
+def _numeric_rows(op, values, name: str, n: int) -> np.ndarray:
+    """Argument input ``values`` (one array per sample) as one (n, k) float64 array, or
+    PerSample where the per-sample rule must decide (a per-frame value, samples of different
+    sizes, non-numbers, fractions for an integer argument)."""
+    from stoker.operators.per_frame import FrameArray
+
+    if FrameArray in set(map(type, values)):  # (map/set: no Python frame per sample)
+        raise PerSample(name)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError):  # samples of different shapes, or not host arrays
+        raise PerSample(name) from None
+    if arr.dtype.kind not in "biuf":
+        raise PerSample(name)
+    rows = arr.astype(np.float64).reshape(n, -1) if n else np.zeros((0, 0))
+    spec = op.schema.arg(name) if op.schema is not None else None
+    kind = getattr(spec, "kind", None)
+    if kind in ("int", "bool", "int_list") and arr.dtype.kind == "f" and not (np.mod(rows, 1) == 0).all():
+        raise PerSample(name)
+    if kind == "bool" and not np.isin(rows, (0.0, 1.0)).all():
+        raise PerSample(name)
+    return rows
+
+
+def sample_scalars(op, arg_inputs: dict, name: str, n: int, default=None) -> np.ndarray | None:
+    """Scalar argument ``name`` of every sample as a float64 (n,) array: the values
+    ``op.sample_args(arg_inputs, i)[name]`` gives one by one (its argument input, else the static
+    value, else ``default``); None when none is given. Raises PerSample where a sample's value
+    is not exactly one number (the per-sample rule then raises for it)."""
+    if name not in arg_inputs:
+        v = op.args.get(name)
+        v = default if v is None else v
+        return None if v is None else np.full(n, float(np.asarray(v, np.float64).reshape(-1)[0]))
+    rows = _numeric_rows(op, arg_inputs[name], name, n)
+    if rows.shape[1] != 1 and n:
+        raise PerSample(name)
+    return rows.reshape(n)
+
+
+def sample_rows(op, arg_inputs: dict, name: str, n: int) -> np.ndarray | None:
+    """List argument ``name`` of every sample as a float64 (n, k) array (each sample's values
+    flattened, as ``np.asarray(args[name]).reshape(-1)``); None when it is not given. Raises
+    PerSample where samples hold different numbers of values."""
+    if name not in arg_inputs:
+        v = op.args.get(name)
+        if v is None:
+            return None
+        a = np.asarray(v, np.float64).reshape(1, -1)
+        return np.ascontiguousarray(np.broadcast_to(a, (n, a.shape[1])))
+    return _numeric_rows(op, arg_inputs[name], name, n)
+
+
+def plan_rows(op, batch, n: int, whole, one) -> tuple:
+    """``gpu_registry.plan_batch(op, batch, n, whole, one)``: a tuple of (n, ...) arrays; where
+    ``whole`` raises PerSample, ``one(i)`` (a tuple per sample) for every sample, stacked
+    (a sample error raised for the sample that fails, as the CPU raises it)."""
+    from stoker.operators.gpu_registry import per_sample, plan_batch
+
+    try:
+        return plan_batch(op, batch, n, whole, one)
+    except PerSample:
+        rows = per_sample(op, batch, n, one)
+        return tuple(np.asarray(col) for col in zip(*rows))
