@@ -7,11 +7,14 @@
 //   op 0 water:  (x + dx[y], y + dy[x]); dx (H) and dy (W) come from the host (ftab, the CPU's
 //                own values: sin/cos are not computed here, as CUDA's differ from NumPy's in the last bit)
 //   op 1 sphere: c + (|p - c| / r) (p - c), p the pixel centre; r, cx, cy in ftab
-//   op 2 jitter: the pixel centre shifted by the whole numbers in jtab (int8 or int16, x plane then
-//                y plane), drawn on the host from the sample's random stream
+//   op 2 jitter: the pixel centre shifted by whole numbers in [-half, half], drawn here as the CPU
+//                draws them (distortions.jitter_offsets): pixel p = y * W + x takes word p of the
+//                sample's Philox4x64-10 stream (element_rng, key in itab), its high half giving the
+//                x shift and its low half the y shift (below32(half32, 2 half + 1) - half)
 //
-// itab[s*8 + k]: 0 src ptr, 1 src row stride (bytes), 2 dst ptr (contiguous HWC), 3 H, 4 W, 5 C,
-//                6 mode (0: copy the sample, its mask is 0; 1: distort), 7 first entry in ftab / jtab
+// itab[s*ITAB + k]: 0 src ptr, 1 src row stride (bytes), 2 dst ptr (contiguous HWC), 3 H, 4 W, 5 C,
+//                   6 mode (0: copy the sample, its mask is 0; 1: distort), 7 first entry in ftab,
+//                   8, 9 the sample's Philox key (jitter)
 //
 // Nearest neighbour (the CPU's NumPy path): the pixel that contains the point, `fill` (the bits of
 // the C-cast fill value) outside the image; it moves elements by size, so any type goes.
@@ -21,6 +24,9 @@
 // weights are the fractions in float32 and each step is one fused multiply-add, x then y (its
 // vectorised order); integers round to nearest even and saturate.
 
+#include "philox4x64_10.cuh"
+
+#define ITAB 10
 #define OP_WATER 0
 #define OP_SPHERE 1
 #define OP_JITTER 2
@@ -31,8 +37,8 @@ __device__ __forceinline__ long long to_index(float v) {
   return (v >= -2147483648.f && v < 2147483648.f) ? (long long)v : -2147483648LL;
 }
 
-__device__ __forceinline__ void source_point(int op, const long long* it, const float* ftab, const void* jtab,
-                                             int jbytes, long long ox, long long oy, float& sx, float& sy) {
+__device__ __forceinline__ void source_point(int op, const long long* it, const float* ftab, long long half,
+                                             long long ox, long long oy, float& sx, float& sy) {
   long long H = it[3], W = it[4], first = it[7];
   float fx = (float)ox, fy = (float)oy;
   if (op == OP_WATER) {
@@ -47,26 +53,24 @@ __device__ __forceinline__ void source_point(int op, const long long* it, const 
     sx = __fadd_rn(__fmul_rn(scale, tx), cx);
     sy = __fadd_rn(__fmul_rn(scale, ty), cy);
   } else {
-    long long k = first + oy * W + ox, plane = H * W;
-    float dx, dy;
-    if (jbytes == 1) {
-      dx = ((const signed char*)jtab)[k];
-      dy = ((const signed char*)jtab)[k + plane];
-    } else {
-      dx = ((const short*)jtab)[k];
-      dy = ((const short*)jtab)[k + plane];
-    }
-    sx = __fadd_rn(__fadd_rn(fx, 0.5f), dx);
-    sy = __fadd_rn(__fadd_rn(fy, 0.5f), dy);
+    // half < 2^30 (nDegree is an int32): the span fits below32 and the shifts fit long long
+    const unsigned long long word = philox_word((unsigned long long)(oy * W + ox), 0ull,
+                                                (unsigned long long)it[8], (unsigned long long)it[9]);
+    const unsigned long long span = 2ull * (unsigned long long)half + 1ull;
+    const long long dx = (long long)below32(word >> 32, span) - half;
+    const long long dy = (long long)below32(word & 0xFFFFFFFFull, span) - half;
+    // the CPU adds the shift as float32 (exact below 2^24, rounded to nearest beyond, as here)
+    sx = __fadd_rn(__fadd_rn(fx, 0.5f), __ll2float_rn(dx));
+    sy = __fadd_rn(__fadd_rn(fy, 0.5f), __ll2float_rn(dy));
   }
 }
 
 // ---- nearest neighbour, by element size ---------------------------------------------------------
 
 template <typename U>
-__device__ void nearest_impl(const long long* itab, const float* ftab, const void* jtab, int op, int jbytes,
+__device__ void nearest_impl(const long long* itab, const float* ftab, int op, long long half,
                              unsigned long long fill) {
-  const long long* it = itab + (long long)blockIdx.y * 8;
+  const long long* it = itab + (long long)blockIdx.y * ITAB;
   long long H = it[3], W = it[4], C = it[5];
   long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= H * W) return;
@@ -76,7 +80,7 @@ __device__ void nearest_impl(const long long* itab, const float* ftab, const voi
   long long ix = ox, iy = oy;
   if (it[6]) {
     float sx, sy;
-    source_point(op, it, ftab, jtab, jbytes, ox, oy, sx, sy);
+    source_point(op, it, ftab, half, ox, oy, sx, sy);
     ix = to_index(floorf(sx));
     iy = to_index(floorf(sy));
     if (ix < 0 || ix >= W || iy < 0 || iy >= H) {
@@ -89,9 +93,9 @@ __device__ void nearest_impl(const long long* itab, const float* ftab, const voi
 }
 
 #define NEAREST(bytes, U)                                                                            \
-  extern "C" __global__ void distort_nn_##bytes(const long long* itab, const float* ftab, const void* jtab, \
-                                                int op, int jbytes, unsigned long long fill) {        \
-    nearest_impl<U>(itab, ftab, jtab, op, jbytes, fill);                                            \
+  extern "C" __global__ void distort_nn_##bytes(const long long* itab, const float* ftab, int op,           \
+                                                long long half, unsigned long long fill) {            \
+    nearest_impl<U>(itab, ftab, op, half, fill);                                                    \
   }
 
 NEAREST(1, unsigned char)
@@ -119,9 +123,9 @@ __device__ __forceinline__ float tap(const unsigned char* src, long long row, lo
 }
 
 template <typename T>
-__device__ void linear_impl(const long long* itab, const float* ftab, const void* jtab, int op, int jbytes,
+__device__ void linear_impl(const long long* itab, const float* ftab, int op, long long half,
                             float bval) {
-  const long long* it = itab + (long long)blockIdx.y * 8;
+  const long long* it = itab + (long long)blockIdx.y * ITAB;
   long long H = it[3], W = it[4], C = it[5], row = it[1];
   long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= H * W) return;
@@ -134,7 +138,7 @@ __device__ void linear_impl(const long long* itab, const float* ftab, const void
     return;
   }
   float sx, sy;
-  source_point(op, it, ftab, jtab, jbytes, ox, oy, sx, sy);
+  source_point(op, it, ftab, half, ox, oy, sx, sy);
   float mx = __fsub_rn(sx, 0.5f), my = __fsub_rn(sy, 0.5f);  // OpenCV's pixel centres are integers
   float fx = floorf(mx), fy = floorf(my);
   long long x0 = to_index(fx), y0 = to_index(fy);
@@ -153,9 +157,9 @@ __device__ void linear_impl(const long long* itab, const float* ftab, const void
 }
 
 #define LINEAR(name, T)                                                                              \
-  extern "C" __global__ void distort_linear_##name(const long long* itab, const float* ftab, const void* jtab, \
-                                                   int op, int jbytes, float bval) {                 \
-    linear_impl<T>(itab, ftab, jtab, op, jbytes, bval);                                             \
+  extern "C" __global__ void distort_linear_##name(const long long* itab, const float* ftab, int op,     \
+                                                   long long half, float bval) {                     \
+    linear_impl<T>(itab, ftab, op, half, bval);                                                     \
   }
 
 LINEAR(u8, unsigned char)

@@ -1,12 +1,13 @@
 """GPU water, sphere and jitter (stoker/operators/image/gpu_distortions.py) against the CPU
 operators: batches of differently sized images (and one of a single size), nearest and linear,
 fill values inside and outside the type's range, ``mask`` as a per-sample argument input, other
-types and channel counts, empty samples, jitter over several iterations and with int16 shifts,
+types and channel counts, empty samples, jitter over several iterations and with large degrees,
 the host fallback and bad arguments.
 
 Tolerances: none. The kernel computes every source point in float32 in the CPU's order (the water
-waves and the jitter shifts are the CPU's own values, uploaded), nearest neighbour only moves
-values, and linear repeats OpenCV's float remap operation for operation (fused multiply-adds in its
+waves are the CPU's own values, uploaded; jitter's shifts are computed on the device from each
+sample's Philox key, word for word as the CPU's ``jitter_offsets`` computes them), nearest
+neighbour only moves values, and linear repeats OpenCV's float remap operation for operation (fused multiply-adds in its
 order). That remap is OpenCV's since 4.11; an older OpenCV remaps with weights quantized to 1/32
 pixel, and then (only then, detected by a probe) linear results are compared within 1/32 of the
 image's value range plus one level.
@@ -111,11 +112,13 @@ def test_jitter_equals_the_cpu_for_the_same_seed(degree, interp, make_images):
            interp == LINEAR, iterations=3)
 
 
-def test_jitter_int16_shifts(make_images):
-    """nDegree over 255: the shifts travel as int16 (most points fall outside: fill_value)."""
+def test_jitter_large_degrees(make_images):
+    """Large nDegree (most points fall outside: fill_value), up to int32's limit, where the span
+    is near 2^31 and shifts beyond 2^24 reach float32 rounded on both devices."""
     images = make_images(4, 10, 60)
     _check("jitter", lambda x: fn.jitter(x, nDegree=301, fill_value=5.0), images)
     _check("jitter", lambda x: fn.jitter(x, nDegree=600, interp_type=LINEAR), images, True)
+    _check("jitter", lambda x: fn.jitter(x, nDegree=2**31 - 1, fill_value=7.0), images, iterations=2)
 
 
 @pytest.mark.parametrize("interp", [NN, LINEAR], ids=["nn", "linear"])

@@ -20,10 +20,19 @@ Values:
   on either device (within an ulp or so), so a value may differ in its last float64 bit; once
   rounded to float32 that shows practically never (a chance of about 2^-28 per element).
 - ``words``: one 64-bit word per draw; salt_and_pepper compares its high half with integer
-  thresholds (``threshold32``), exact on both devices.
+  thresholds (``threshold32``), exact on both devices; jitter turns each half into a shift with
+  ``below32``.
+
+The cipher's device code is shared: ``kernels/philox4x64_10.cuh`` (``philox_word``, ``below32``),
+included by kernels compiled with :func:`kernel_options` (``kernels/noise.cu`` still holds its own
+copy of the cipher).
 """
 
 from __future__ import annotations
+
+import functools
+import hashlib
+import os
 
 import numpy as np
 
@@ -78,3 +87,28 @@ def threshold32(p: float) -> int:
     """The integer threshold t with ``word32 < t`` true with probability ``p`` (to 2^-32):
     ``round(p * 2^32)`` for p in [0, 1], computed in float64 (exact products), as on the GPU."""
     return int(np.floor(np.float64(p) * 4294967296.0 + 0.5))
+
+
+def below32(values, span: int) -> np.ndarray:
+    """Integers in [0, span) (uint64) from 32-bit ``values`` (uint64 holding values below 2^32),
+    ``floor(v * span / 2^32)``: exact in 64 bits for ``span <= 2^32``, uniform to within
+    ``span / 2^32``, and what ``below32`` in ``kernels/philox4x64_10.cuh`` computes."""
+    if not 0 < span <= 1 << 32:
+        raise ValueError(f"below32 takes a span in [1, 2^32], got {span}")
+    return (np.asarray(values, np.uint64) * np.uint64(span)) >> np.uint64(32)
+
+
+HEADER = "philox4x64_10.cuh"  # the cipher's device code, in stoker/kernels
+
+
+@functools.cache
+def kernel_options(base: tuple = ("-std=c++17",)) -> tuple:
+    """NVRTC options for a kernel source that includes :data:`HEADER`: ``base``, the kernel folder
+    as an include path, and the header's digest as a macro. Why the digest: CuPy's disk cache keys
+    a module by its own source and options only, so without it an edited header would keep
+    serving the binaries built from the old one."""
+    from stoker.backend import cuda
+
+    with open(os.path.join(cuda._KERNEL_DIR, HEADER), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return (*base, f"-I{cuda._KERNEL_DIR}", f"-DSTOKER_PHILOX_HEADER=0x{digest}")

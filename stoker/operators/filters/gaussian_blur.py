@@ -6,6 +6,9 @@ With only ``sigma`` the window is ``2 * ceil(3 * sigma) + 1``; with only
 first: (sigma_y, sigma_x) for HWC). Frames and channels are not blurred
 across; borders mirror (BORDER_REFLECT_101). float32 arithmetic, then rounded
 (half up) and saturated to ``dtype`` (the input's, or FLOAT).
+
+The GPU blur builds every sample's kernels at once (``GaussianBlur.batch_kernels``,
+``gaussian_kernels``): the same float32 taps as the per-sample ``kernels``, bit for bit.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from stoker.operators.image.crop import LayoutAware
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
+_MAX_WINDOW = 2**31 - 2  # batch_kernels refuses longer (derived) windows: the GPU kernel counts taps in int
+
 
 def gaussian_kernel(sigma: float, window: int) -> np.ndarray:
     """Normalized 1D Gaussian of ``window`` taps (odd) and standard deviation ``sigma``."""
@@ -29,6 +34,39 @@ def gaussian_kernel(sigma: float, window: int) -> np.ndarray:
     t = np.arange(-r, r + 1, dtype=np.float64)
     k = np.exp(-(t * t) / (2.0 * sigma * sigma)) if sigma > 0 else (t == 0).astype(np.float64)
     return (k / k.sum()).astype(np.float32)
+
+
+def gaussian_kernels(sigmas, windows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``gaussian_kernel(*kernel_params(s, w))`` for many (sigma, window) pairs at once (windows
+    whole numbers >= 0; checked as ``GaussianBlur.kernels`` checks them). Returns ``(taps, lengths,
+    index)``: float32 ``(u, L)`` rows, one per distinct pair, zero-padded to the longest, int64
+    ``(u,)`` their windows, and int64 ``index`` giving each input pair's row.
+
+    Equal to the per-pair function to the bit: the same float64 operations element by element,
+    and each row's sum is NumPy's sum over exactly that window's taps (rows of one window are
+    summed along their own axis; a padded row would be summed in another order). So the Python
+    steps grow with the number of distinct windows, not of samples."""
+    s = np.asarray(sigmas, np.float64).reshape(-1)
+    w = np.asarray(windows, np.float64).reshape(-1)
+    # kernel_params: the window from sigma where none is given, then sigma from the window (its
+    # tests as written there: a NaN sigma stays NaN)
+    with np.errstate(invalid="ignore", over="ignore"):
+        w = np.where(w <= 0, 2.0 * np.ceil(3.0 * s) + 1.0, w)
+    s = np.where(s <= 0, ((w - 1.0) / 2.0 - 1.0) * 0.3 + 0.8, s)
+    pairs, index = np.unique(np.stack([s, w], axis=1), axis=0, return_inverse=True)
+    sig, lengths = pairs[:, 0], pairs[:, 1].astype(np.int64)
+    taps = np.zeros((len(pairs), int(lengths.max()) if len(pairs) else 0), np.float32)
+    for length in np.unique(lengths).tolist():  # a few distinct windows, whatever the batch size
+        rows = np.flatnonzero(lengths == length)
+        r = (length - 1) // 2
+        t = np.arange(-r, r + 1, dtype=np.float64)
+        k = np.empty((rows.size, length), np.float64)
+        sr = sig[rows]
+        pos = sr > 0  # else (NaN with a window): the identity kernel, as gaussian_kernel gives it
+        k[pos] = np.exp(-(t * t) / ((2.0 * sr[pos]) * sr[pos])[:, None])
+        k[~pos] = (t == 0).astype(np.float64)
+        taps[rows, :length] = (k / k.sum(axis=1, keepdims=True)).astype(np.float32)
+    return taps, lengths, index.reshape(-1).astype(np.int64)
 
 
 def kernel_params(sigma: float, window: int) -> tuple[float, int]:
@@ -89,6 +127,35 @@ class GaussianBlur(LayoutAware):
                 raise self.error("argument 'sigma' or 'window_size' must be non-zero for every axis")
             kernels.append(gaussian_kernel(*kernel_params(s, int(w))))
         return kernels
+
+    def batch_kernels(self, arg_inputs: dict, n: int, n_spatial: int):
+        """The 1-D kernels of ``n`` samples at once: ``(taps, lengths, index)`` as
+        :func:`gaussian_kernels` gives them, ``index`` shaped ``(n, n_spatial)`` (outermost axis
+        first): sample i's kernel along axis a is ``taps[j, :lengths[j]]``, j = ``index[i, a]``,
+        equal to ``kernels(sample_args(arg_inputs, i), n_spatial)[a]``. Raises ValueError (naming
+        no sample) when any sample's arguments are bad; ``gpu_registry.plan_batch`` then runs
+        :meth:`kernels` sample by sample to raise that sample's own error."""
+        from stoker.operators.gpu_registry import batch_rows
+
+        for name in ("sigma", "window_size"):
+            if name not in arg_inputs and self.args.get(name) is None:
+                raise ValueError(f"argument '{name}' is missing")  # per_axis refuses it
+        sig = batch_rows(self, arg_inputs, "sigma", n, n_spatial, 0.0)
+        win = batch_rows(self, arg_inputs, "window_size", n, n_spatial, 0.0)
+        # the checks of _check, per_axis, kernels and kernel_params, for every sample and axis
+        if not (np.isfinite(win) & (win == np.floor(win))).all():
+            raise ValueError("argument 'window_size' takes whole numbers")
+        if (sig < 0).any() or (win < 0).any() or ((win > 0) & (win % 2 == 0)).any():
+            raise ValueError("argument 'sigma' or 'window_size' is out of range")
+        derived = win == 0
+        if (derived & (sig == 0)).any() or (derived & ~np.isfinite(sig)).any():
+            raise ValueError("argument 'sigma' or 'window_size' must be non-zero for every axis")
+        with np.errstate(over="ignore"):
+            too_long = np.where(derived, 2.0 * np.ceil(3.0 * np.where(derived, sig, 0.0)) + 1.0, win) > _MAX_WINDOW
+        if too_long.any():
+            raise ValueError(f"a Gaussian window of more than {_MAX_WINDOW} taps")
+        taps, lengths, index = gaussian_kernels(sig, win)
+        return taps, lengths, index.reshape(n, n_spatial)
 
     def run_sample(self, inputs, args, ctx):
         img = np.asarray(inputs[0])

@@ -9,10 +9,14 @@ read ``fill_value``.
   y + ampl_y cos(freq_y x + phase_y)).
 * ``sphere``: the pixel centre p, relative to the image centre c, reads c + (|p - c| / r)(p - c)
   with r = max(H, W) // 2, bulging the middle outwards.
-* ``jitter``: every pixel reads a random neighbour up to nDegree/2 pixels away in x and y.
+* ``jitter``: every pixel reads a random neighbour up to nDegree/2 pixels away in x and y; the
+  shifts come from ``element_rng`` (Philox keyed by the sample's stream, one word per pixel), so
+  the GPU kernel computes the same ones on the device.
 
 ``mask`` (per sample) 0 passes a sample through unchanged. The water and sphere maps depend only on
-the image size and the arguments, so they are cached.
+the image size and the arguments, so they are cached. ``water_waves_batch`` and
+``sphere_constants_batch`` give the GPU kernel's tables for a whole batch at once, equal to the
+per-sample functions' values.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
+from stoker.operators.filters import element_rng
 from stoker.operators.image.slice import c_cast_array
 from stoker.operators.schema import Arg, Schema, register
 
@@ -32,6 +37,7 @@ _COMMON = [Arg("fill_value", "float", 0.0, doc="value of pixels whose source lie
            Arg("interp_type", "interp", types.INTERP_NN, doc="INTERP_NN (default) or INTERP_LINEAR"),
            Arg("mask", "int", 1, tensor=True, doc="1 applies the distortion to the sample, 0 passes it through")]
 _CV_TYPES = (np.uint8, np.uint16, np.int16, np.float32)
+_MAX_DEGREE = 2**31 - 1  # DALI's nDegree is an int32; it keeps every shift's span within below32's
 
 
 class _Displacement(Operator):
@@ -96,6 +102,27 @@ def water_waves(h: int, w: int, ax: float, ay: float, fx: float, fy: float, px: 
     return dx, dy
 
 
+def water_waves_batch(hs, ws, ax: float, ay: float, fx: float, fy: float, px: float,
+                      py: float) -> tuple[np.ndarray, np.ndarray]:
+    """The waves of samples of heights ``hs`` and widths ``ws`` at once: one float32 vector
+    holding, sample after sample, ``water_waves(h, w, ...)``'s dx (H values) then dy (W values),
+    and the int64 index of each sample's first value. The waves of a row (column) do not depend on
+    the image size, so they are computed once for the tallest (widest) sample and each sample
+    takes its prefix: the same values, element by element, as ``water_waves(h, w)``."""
+    hs = np.asarray(hs, np.int64).reshape(-1)
+    ws = np.asarray(ws, np.int64).reshape(-1)
+    hmax = int(hs.max()) if hs.size else 0
+    dx, dy = water_waves(hmax, int(ws.max()) if ws.size else 0, ax, ay, fx, fy, px, py)
+    waves = np.concatenate([dx, dy])
+    sizes = hs + ws
+    first = np.zeros(sizes.size, np.int64)
+    np.cumsum(sizes[:-1], out=first[1:])
+    # position j within its sample's segment: dx[j] for j < H, else dy[j - H] (at hmax + j - H)
+    j = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(first, sizes)
+    h = np.repeat(hs, sizes)
+    return waves[np.where(j < h, j, hmax + j - h)], first
+
+
 @lru_cache(maxsize=64)
 def _water_maps(h, w, ax, ay, fx, fy, px, py):
     dx, dy = water_waves(h, w, ax, ay, fx, fy, px, py)
@@ -136,6 +163,17 @@ def sphere_constants(h: int, w: int) -> tuple[np.float32, np.float32, np.float32
     return np.float32(max(h, w) // 2 or 1), np.float32(w / 2), np.float32(h / 2)
 
 
+def sphere_constants_batch(hs, ws) -> np.ndarray:
+    """``sphere_constants`` of samples of heights ``hs`` and widths ``ws`` at once: float32
+    (n, 3) rows ``(r, cx, cy)``."""
+    hs = np.asarray(hs, np.int64).reshape(-1)
+    ws = np.asarray(ws, np.int64).reshape(-1)
+    r = np.maximum(hs, ws) // 2
+    r[r == 0] = 1
+    # w / 2 in float64 (exact), then rounded once to float32, as np.float32(w / 2)
+    return np.stack([r.astype(np.float32), (ws / 2).astype(np.float32), (hs / 2).astype(np.float32)], axis=1)
+
+
 @lru_cache(maxsize=64)
 def _sphere_maps(h, w):
     r, cx, cy = sphere_constants(h, w)
@@ -166,12 +204,24 @@ class Sphere(_Displacement):
         return _sphere_maps(h, w)
 
 
-def jitter_offsets(rng, n_degree: int, h: int, w: int) -> np.ndarray:
+def jitter_offsets(key, n_degree: int, h: int, w: int) -> np.ndarray:
     """One sample's jitter: int64 (2, H, W), the x (``[0]``) and y (``[1]``) shift of every pixel,
-    uniform in [-n_degree // 2, n_degree // 2], drawn from the sample's stream ``rng``. Both
-    devices draw through this function, so a seed gives the same image on either."""
+    in [-n_degree // 2, n_degree // 2], from the sample's Philox key ``key``
+    (``element_rng.sample_key(ctx.rng)``). Pixel p = y * W + x takes word p of draw 0
+    (``element_rng.words``): its high 32 bits give the x shift and its low 32 bits the y shift, each
+    ``below32(bits, 2 * half + 1) - half`` with half = n_degree // 2. The GPU kernel computes the same
+    word of the same pixel on the device (``kernels/distortions.cu``), so a seed gives the same
+    image on either device, and no shift is drawn on the host for it."""
     half = n_degree // 2
-    return rng.integers(-half, half + 1, size=(2, h, w))
+    if half == 0 or h * w == 0:
+        return np.zeros((2, h, w), np.int64)
+    words = element_rng.words(key, h * w)
+    out = np.empty((2, h * w), np.int64)
+    span = 2 * half + 1
+    out[0] = element_rng.below32(words >> np.uint64(32), span)
+    out[1] = element_rng.below32(words & np.uint64(0xFFFFFFFF), span)
+    out -= half
+    return out.reshape(2, h, w)
 
 
 @register
@@ -190,11 +240,11 @@ class Jitter(_Displacement):
 
     def setup(self):
         super().setup()
-        if self.args["nDegree"] < 0:
-            raise arg_error("jitter", "nDegree", f"must not be negative, got {self.args['nDegree']}")
+        if not 0 <= self.args["nDegree"] <= _MAX_DEGREE:
+            raise arg_error("jitter", "nDegree", f"must be in [0, {_MAX_DEGREE}], got {self.args['nDegree']}")
 
     def source_points(self, h, w, ctx):
-        d = jitter_offsets(ctx.rng, self.args["nDegree"], h, w).astype(np.float32)
+        d = jitter_offsets(element_rng.sample_key(ctx.rng), self.args["nDegree"], h, w).astype(np.float32)
         # displaced pixel centres: the NN pick is the displaced pixel, linear reads it exactly
         sx = np.arange(w, dtype=np.float32)[None, :] + np.float32(0.5) + d[0]
         sy = np.arange(h, dtype=np.float32)[:, None] + np.float32(0.5) + d[1]
