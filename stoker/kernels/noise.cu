@@ -17,25 +17,7 @@
 #define ITAB 8
 #define FTAB 4
 
-// ---- Philox4x64-10 (Random123's constants, NumPy's counter order) ---------------------------------
-
-__device__ __forceinline__ void philox4x64_10(unsigned long long c[4], unsigned long long k0,
-                                              unsigned long long k1) {
-  const unsigned long long m0 = 0xD2E7470EE14C6C93ull, m1 = 0xCA5A826395121157ull;
-  for (int r = 0; r < 10; ++r) {
-    if (r) {
-      k0 += 0x9E3779B97F4A7C15ull;
-      k1 += 0xBB67AE8584CAA73Bull;
-    }
-    const unsigned long long hi0 = __umul64hi(m0, c[0]), lo0 = m0 * c[0];
-    const unsigned long long hi1 = __umul64hi(m1, c[2]), lo1 = m1 * c[2];
-    const unsigned long long n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-    c[0] = n0;
-    c[1] = lo1;
-    c[2] = n2;
-    c[3] = lo0;
-  }
-}
+#include "philox4x64_10.cuh"  // philox4x64_10: Random123's constants, NumPy's counter order
 
 // the 4 words of block b (draw 0) of the sample whose table row is it
 __device__ __forceinline__ void block_words(const long long* it, long long b, unsigned long long w[4]) {

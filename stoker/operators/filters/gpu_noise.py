@@ -97,7 +97,7 @@ def _run(op, batch, inputs, arg_inputs, kind: str, per_thread: int, sample_row):
     itab[:, 0] = np.fromiter((s.data.ptr for s in samples), np.int64, n)
     itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
     grid, block = grid_for(-(-int(sizes.max()) // per_thread), n)
-    kernel = cuda.load_kernel("noise", f"noise_{kind}_{_SUFFIX[dtype]}")
+    kernel = cuda.load_kernel("noise", f"noise_{kind}_{_SUFFIX[dtype]}", element_rng.kernel_options())
     kernel(grid, block, (upload_table(itab, batch), upload_table(ftab, batch)))
     return [out]
 
