@@ -62,6 +62,16 @@ OPS = {
     "water": lambda fn, types, x: fn.water(x),
     "cast_scale": _cast_scale,
     "random_resized_crop": lambda fn, types, x: fn.random_resized_crop(x, size=(224, 224)),
+    "noise_gaussian": lambda fn, types, x: fn.noise.gaussian(x, stddev=fn.random.uniform(range=(5.0, 15.0))),
+    "noise_salt_and_pepper": lambda fn, types, x: fn.noise.salt_and_pepper(x, prob=0.05),
+    "laplacian": lambda fn, types, x: fn.laplacian(x, window_size=3),
+    "pad": lambda fn, types, x: fn.pad(x, fill_value=0, shape=(300, 300), axis_names="HW"),
+    "slice": lambda fn, types, x: fn.slice(x, fn.random.uniform(range=(0.0, 0.1), shape=(2,)), (0.9, 0.9),
+                                           axis_names="HW", normalized_anchor=True, normalized_shape=True),
+    "color_space_conversion": lambda fn, types, x: fn.color_space_conversion(x, image_type=types.RGB,
+                                                                             output_type=types.BGR),
+    "warp_perspective": lambda fn, types, x: fn.experimental.warp_perspective(
+        x, matrix=[1.0, 0.1, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0001, 1.0], fill_value=0),
     "crop_mirror_normalize": lambda fn, types, x: fn.crop_mirror_normalize(
         x, crop=(224, 224), dtype=types.FLOAT, output_layout="HWC", mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
         std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=fn.random.coin_flip()),
