@@ -12,8 +12,8 @@ import numpy as np
 
 from stoker.operators.image.resample import to_dtype
 
-__all__ = ["to_dtype", "type_range", "half_range", "scalar", "apply_affine", "hsv_matrix",
-           "check_channels_last", "spatial_layout"]
+__all__ = ["to_dtype", "type_range", "half_range", "scalar", "scalar_column", "apply_affine", "hsv_matrix",
+           "hsv_matrices", "check_channels_last", "spatial_layout"]
 
 
 def type_range(dtype: np.dtype) -> float:
@@ -37,6 +37,35 @@ def scalar(op, args: dict, name: str, default: float | None = None) -> float:
     if arr.size != 1:
         raise op.error(f"argument '{name}' must be a scalar per sample, got {arr.size} values")
     return float(arr[0])
+
+
+def scalar_column(op, arg_inputs: dict, name: str, n: int, default: float) -> np.ndarray | None:
+    """:func:`scalar` for every sample at once: a float64 ``(n,)`` array of the values
+    ``scalar(op, op.sample_args(arg_inputs, i), name, default)`` gives (GPU planners read a batch's
+    arguments with it instead of one ``sample_args`` per sample).
+
+    Raises ValueError when some sample's value is refused (not numeric, not exactly one value):
+    the caller then runs the per-sample rule to name that sample (``gpu_registry.plan_batch``).
+    Returns None where one NumPy step cannot read the values (per-frame values, samples of
+    differing shapes): the caller then plans sample by sample."""
+    from stoker.operators.per_frame import FrameArray
+
+    if name not in arg_inputs:
+        v = op.args.get(name)
+        return np.full(n, default if v is None else scalar(op, op.args, name, default), np.float64)
+    values = arg_inputs[name]
+    if len(values) != n or FrameArray in set(map(type, values)):  # per-frame values: sample by sample
+        return None
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # samples of differing shapes (() and (1,), or refused ones): sample by sample
+        return None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"argument '{name}' takes numbers per sample, got {arr.dtype} values")
+    if arr.size != n:
+        raise ValueError(f"argument '{name}' takes one value per sample")
+    # a float64 conversion of each value: what sample_value's item() and scalar's float() give
+    return arr.reshape(n).astype(np.float64)
 
 
 def check_channels_last(op, img: np.ndarray, layout: str, channels: tuple[int, ...]) -> None:
@@ -77,6 +106,26 @@ def hsv_matrix(hue: float = 0.0, saturation: float = 1.0, value: float = 1.0, bg
     c, s = np.cos(a), np.sin(a)
     rot = np.array([[1.0, 0.0, 0.0], [0.0, c, s], [0.0, -s, c]])
     m = value * (_YIQ2RGB @ rot @ np.diag([1.0, saturation, saturation]) @ _RGB2YIQ)
+    if bgr:
+        p = np.eye(3)[::-1]
+        m = p @ m @ p
+    return m
+
+
+def hsv_matrices(hue: np.ndarray, saturation: np.ndarray, value: np.ndarray, bgr: bool = False) -> np.ndarray:
+    """:func:`hsv_matrix` for a batch: ``(n, 3, 3)`` float64 from ``(n,)`` arrays of hue (degrees),
+    saturation and value, bit for bit the per-sample matrices (the same ufuncs, and the same 3x3
+    products: NumPy's matmul multiplies each matrix of a stack as it does a lone one)."""
+    n = len(hue)
+    a = np.deg2rad(np.asarray(hue, np.float64))
+    c, s = np.cos(a), np.sin(a)
+    rot = np.zeros((n, 3, 3))
+    rot[:, 0, 0] = 1.0
+    rot[:, 1, 1], rot[:, 1, 2], rot[:, 2, 1], rot[:, 2, 2] = c, s, -s, c
+    diag = np.zeros((n, 3, 3))
+    diag[:, 0, 0] = 1.0
+    diag[:, 1, 1] = diag[:, 2, 2] = saturation
+    m = np.asarray(value, np.float64)[:, None, None] * (_YIQ2RGB @ rot @ diag @ _RGB2YIQ)
     if bgr:
         p = np.eye(3)[::-1]
         m = p @ m @ p

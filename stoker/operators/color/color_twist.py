@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.color._common import half_range, hsv_matrix, scalar
+from stoker.operators.color._common import half_range, hsv_matrices, hsv_matrix, scalar
 from stoker.operators.color.hsv import _HUE, _IMAGE_TYPE, _SAT, _LinearColor
 from stoker.operators.schema import Arg, Schema, register
 
@@ -37,3 +37,15 @@ class ColorTwist(_LinearColor):
         s = self.nonnegative(args, "saturation")
         m = b * c * hsv_matrix(scalar(self, args, "hue", 0.0), s, bgr=self.bgr)
         return m, np.full(3, b * (1.0 - c) * half_range(dtype))
+
+    def affine_batch(self, column, dtype):
+        b = self.nonnegative_column(column, "brightness")
+        c = self.nonnegative_column(column, "contrast")
+        s = self.nonnegative_column(column, "saturation")
+        hue = column("hue", 0.0)
+        if b is None or c is None or s is None or hue is None:
+            return None
+        # the per-sample order of operations: (b * c) * matrix, (b * (1 - c)) * centre
+        m = (b * c)[:, None, None] * hsv_matrices(hue, s, np.ones(len(b)), bgr=self.bgr)
+        offset = b * (1.0 - c) * half_range(dtype)
+        return m, np.repeat(offset[:, None], 3, axis=1)

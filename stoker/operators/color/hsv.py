@@ -20,7 +20,14 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
-from stoker.operators.color._common import apply_affine, check_channels_last, hsv_matrix, scalar, to_dtype
+from stoker.operators.color._common import (
+    apply_affine,
+    check_channels_last,
+    hsv_matrices,
+    hsv_matrix,
+    scalar,
+    to_dtype,
+)
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
@@ -48,8 +55,23 @@ class _LinearColor(LayoutAware):
             raise self.error(f"argument '{name}' must not be negative, got {v}")
         return v
 
+    def nonnegative_column(self, column, name):
+        """:meth:`nonnegative` for the batch: ``column(name, 1.0)`` (see :meth:`affine_batch`),
+        ValueError if a sample's value is negative (the per-sample rule then names it)."""
+        v = column(name, 1.0)
+        if v is not None and (v < 0).any():
+            raise ValueError(f"argument '{name}' must not be negative")
+        return v
+
     def affine(self, args, dtype):
         """(matrix, offset) of this sample."""
+        raise NotImplementedError
+
+    def affine_batch(self, column, dtype):
+        """:meth:`affine` for every sample at once: ``(matrices (n, 3, 3), offsets (n, 3))``, bit for
+        bit the per-sample ones. ``column(name, default)`` gives an argument's float64 values for
+        the batch (``_common.scalar_column``), or None where they cannot be read in one step; then
+        this returns None and the caller plans sample by sample."""
         raise NotImplementedError
 
     def run_sample(self, inputs, args, ctx):
@@ -80,6 +102,12 @@ class Hsv(_LinearColor):
                        scalar(self, args, "value", 1.0))
         return m, np.zeros(3)
 
+    def affine_batch(self, column, dtype):
+        cols = column("hue", 0.0), column("saturation", 1.0), column("value", 1.0)
+        if any(c is None for c in cols):
+            return None
+        return hsv_matrices(*cols), np.zeros((len(cols[0]), 3))
+
 
 @register
 class Hue(_LinearColor):
@@ -94,6 +122,13 @@ class Hue(_LinearColor):
     def affine(self, args, dtype):
         return hsv_matrix(scalar(self, args, "hue", 0.0), bgr=self.bgr), np.zeros(3)
 
+    def affine_batch(self, column, dtype):
+        hue = column("hue", 0.0)
+        if hue is None:
+            return None
+        ones = np.ones(len(hue))  # hsv_matrix's default saturation and value
+        return hsv_matrices(hue, ones, ones, bgr=self.bgr), np.zeros((len(hue), 3))
+
 
 @register
 class Saturation(_LinearColor):
@@ -107,3 +142,10 @@ class Saturation(_LinearColor):
 
     def affine(self, args, dtype):
         return hsv_matrix(saturation=self.nonnegative(args, "saturation"), bgr=self.bgr), np.zeros(3)
+
+    def affine_batch(self, column, dtype):
+        sat = self.nonnegative_column(column, "saturation")
+        if sat is None:
+            return None
+        n = len(sat)
+        return hsv_matrices(np.zeros(n), sat, np.ones(n), bgr=self.bgr), np.zeros((n, 3))

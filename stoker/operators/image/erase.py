@@ -8,7 +8,7 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.image.crop import LayoutAware
-from stoker.operators.image.slice import fill_for
+from stoker.operators.image.slice import c_cast_array, fill_for
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor._axes import resolve_axes
 
@@ -102,3 +102,49 @@ class Erase(LayoutAware):
                 box[ax] = (min(max(start, 0), shape[ax]), min(max(stop, 0), shape[ax]))
             boxes.append(tuple(box))
         return fill, boxes
+
+    def boxes_batch(self, shapes: np.ndarray, dtype, layout: str, anchor: np.ndarray, extent: np.ndarray,
+                    fill: np.ndarray):
+        """:meth:`boxes` for every sample at once, the same numbers (the GPU implementation's plan).
+
+        ``shapes`` is (N, ndim); ``anchor`` and ``extent`` (N, k) float32 and ``fill`` (N, f)
+        float64 hold each sample's values (every sample as many). Returns ``(fills, channel, lo,
+        hi)``: ``fills`` (N, f) in ``dtype`` (None without boxes), ``channel`` the axis a fill of
+        several values runs along (-1 for one value), ``lo`` / ``hi`` (N, boxes, ndim) int64 each
+        box's clipped start and stop per axis. Raises ValueError where some sample's
+        :meth:`boxes` raises (the per-sample rule then names the sample)."""
+        n, ndim = shapes.shape
+        axes = self._axes(layout, ndim)
+        m = len(axes)
+        if anchor.shape[1] != extent.shape[1] or anchor.shape[1] % m:
+            raise ValueError("erase: arguments 'anchor' and 'shape' must hold the same number of boxes")
+        nbox = anchor.shape[1] // m
+        lo = np.zeros((n, nbox, ndim), np.int64)
+        hi = np.broadcast_to(shapes[:, None, :], (n, nbox, ndim)).copy()
+        if nbox == 0:
+            return None, -1, lo, hi
+        channel = -1
+        if fill.shape[1] > 1:  # fill_for: one value per channel (the layout's C, else the last axis)
+            channel = layout.index("C") if layout and "C" in layout else ndim - 1
+            if ndim == 0 or (shapes[:, channel] != fill.shape[1]).any():
+                raise ValueError("erase: argument 'fill_values' does not hold one value per channel")
+        elif fill.shape[1] == 0:
+            raise ValueError("erase: argument 'fill_value' holds no value")
+        ext = shapes[:, axes].astype(F32)[:, None, :]
+        a = anchor.reshape(n, nbox, m)
+        s = extent.reshape(n, nbox, m)
+        a = a * ext if self.norm_anchor else a  # float32 products, as boxes()
+        s = s * ext if self.norm_shape else s
+        if (s < 0).any():
+            raise ValueError("erase: argument 'shape' must be non-negative")
+        if self.args["centered_anchor"]:
+            a = a - s * F32(0.5)
+        start = np.floor(a.astype(np.float64))
+        stop = np.floor((a + s).astype(np.float64))  # the float32 sum, as boxes()
+        if not (np.isfinite(start).all() and np.isfinite(stop).all()):
+            raise ValueError("erase: box coordinates must be finite")  # math.floor refuses them
+        for j, ax in enumerate(axes):  # in order: a repeated axis takes its last box, as boxes()
+            limit = shapes[:, ax][:, None].astype(np.float64)
+            lo[:, :, ax] = np.clip(start[:, :, j], 0.0, limit)
+            hi[:, :, ax] = np.clip(stop[:, :, j], 0.0, limit)
+        return c_cast_array(fill, dtype), channel, lo, hi

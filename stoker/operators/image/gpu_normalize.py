@@ -1,7 +1,11 @@
 """GPU ``normalize``: ``(x - mean) / stddev * scale + shift`` with given or computed statistics.
 
-Each sample's reduced axes and given mean/stddev come from the CPU operator's own checks
-(``Normalize._params``), so a bad argument fails as it does on the CPU. The statistics that are
+Every sample's reduced axes and given mean/stddev are planned for the whole batch at once with
+NumPy (:func:`batch_params`: the numbers and the checks of the CPU operator's ``Normalize._params``);
+a bad argument reruns ``_params`` sample by sample, so it fails as it does on the CPU, naming the
+sample. No host step runs once per sample (issue 16), except for given mean/stddev tensors whose
+shapes differ from sample to sample (planned sample by sample) and statistics computed over a
+ragged batch (reduced sample by sample with CuPy). The statistics that are
 not given are reduced in float64 with CuPy, over the whole ``(N, ...)`` array at once when the
 samples share a shape and lie back to back in one buffer, else sample by sample. Every sample's
 mean and ``scale / stddev`` then sit in two flat float64 tables (one entry per element of the
@@ -22,7 +26,6 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stoker import types
 from stoker.errors import OperatorError
 from stoker.operators.gpu_registry import (
     contiguous_samples,
@@ -32,9 +35,12 @@ from stoker.operators.gpu_registry import (
     grid_for,
     host_fallback,
     per_sample,
+    plan_batch,
     register_gpu,
     upload_table,
 )
+from stoker.operators.image.normalize import _param
+from stoker.operators.tensor._axes import resolve_axes
 
 # Element types the kernel has a variant for, by the suffix of its name (normalize_<in>_<out>).
 _SUFFIX = {np.dtype(t): s for t, s in ((np.uint8, "u8"), (np.int8, "i8"), (np.uint16, "u16"), (np.int16, "i16"),
@@ -54,43 +60,110 @@ def _shape_stub(shape):
 
 def _check_batch(op, shapes, layout, arg_inputs) -> None:
     """The checks the CPU runs before batch-wide statistics: sample 0's parameters resolve, and
-    every sample has sample 0's extents on the axes that are not reduced (ValueError if not)."""
+    every sample has sample 0's extents on the axes that are not reduced (ValueError if not).
+    ``shapes`` is (N, ndim)."""
+    shapes = np.asarray(shapes, np.int64).reshape(len(shapes), -1)
     axes, _, _ = op._params(_shape_stub(shapes[0]), op.sample_args(arg_inputs, 0), layout)
-    kept = [d for d in range(len(shapes[0])) if d not in axes]
-    for s in shapes[1:]:
-        if [s[d] for d in kept] != [shapes[0][d] for d in kept]:
-            raise ValueError(f"normalize: with batch=True the non-reduced extents must agree across the "
-                             f"batch; shapes {tuple(shapes[0])} and {tuple(s)} differ on axes {kept}")
+    kept = [d for d in range(shapes.shape[1]) if d not in axes]
+    bad = np.flatnonzero((shapes[:, kept] != shapes[0, kept]).any(axis=1))
+    if bad.size:
+        raise ValueError(f"normalize: with batch=True the non-reduced extents must agree across the "
+                         f"batch; shapes {tuple(shapes[0].tolist())} and {tuple(shapes[bad[0]].tolist())} "
+                         f"differ on axes {kept}")
 
 
-def sample_params(op, batch, shapes, layout: str, arg_inputs) -> list:
-    """Per sample ``(axes, given mean or None, given stddev or None)`` as ``Normalize._params``
-    gives them (float64 arrays shaped to broadcast). Errors are raised as the CPU path raises
-    them: the batch check without a sample, a sample's own argument naming its source."""
+def _batch_check(op, shapes, layout, arg_inputs) -> None:
+    """:func:`_check_batch` where ``batch=True``, its error raised as the CPU raises it (naming
+    the operator, no sample)."""
     if op.args["batch"]:
         try:
             _check_batch(op, shapes, layout, arg_inputs)
         except ValueError as e:
             raise OperatorError(str(e), operator=op.instance_name, origin=op.origin) from None
+
+
+def sample_params(op, batch, shapes, layout: str, arg_inputs) -> list:
+    """Per sample ``(axes, given mean or None, given stddev or None)`` as ``Normalize._params``
+    gives them (float64 arrays shaped to broadcast), sample by sample (:func:`batch_params` is the
+    batch's plan; this one takes what it cannot). Errors are raised as the CPU path raises them:
+    the batch check without a sample, a sample's own argument naming its source."""
+    _batch_check(op, shapes, layout, arg_inputs)
     return per_sample(op, batch, len(shapes),
                       lambda i: op._params(_shape_stub(shapes[i]), op.sample_args(arg_inputs, i), layout))
 
 
-def _keep(shape, axes) -> tuple:
-    """The extents a sample's statistics have: its shape with the reduced axes set to 1."""
-    return tuple(1 if d in axes else int(e) for d, e in enumerate(shape))
+_PER_SAMPLE = "per sample"  # a given statistic one NumPy step cannot read (samples differ in shape)
 
 
-def _why_host(params, in_type: np.dtype, out_type: np.dtype) -> str | None:
-    """Why this batch goes through the host fallback, or None when the GPU path takes it."""
+def _given(op, arg_inputs, name: str, n: int):
+    """A given ``mean`` / ``stddev`` for every sample, as ``_params`` reads it (``_param``): None
+    when not given, else float64 ``(n, *P)`` with ``P`` the per-sample shape (``()`` for one value
+    per sample; a static value broadcast, no copy); :data:`_PER_SAMPLE` when the samples' values
+    differ in shape. ValueError for values that are not numbers (as ``sample_value``)."""
+    if name not in arg_inputs:
+        p = _param(op.args.get(name))
+        return None if p is None else np.broadcast_to(p, (n, *p.shape))
+    try:
+        arr = np.asarray(arg_inputs[name])
+    except ValueError:
+        return _PER_SAMPLE
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"argument '{name}' takes numbers per sample, got {arr.dtype} values")
+    arr = arr.astype(np.float64).reshape(n, *arr.shape[1:])
+    return arr.reshape(n) if arr[0].size == 1 else arr  # _param: one value is a 0-d array
+
+
+def batch_params(op, shapes: np.ndarray, layout: str, arg_inputs):
+    """``Normalize._params`` for every sample of ``shapes`` (N, ndim) at once: ``(axes, mean,
+    stddev)``, the given ones None or float64 ``(N, *P)`` (sample ``i``'s ``_params`` value is
+    ``mean[i]``). None when the given values differ in shape from sample to sample (then
+    :func:`sample_params` plans). Raises ValueError when some sample's ``_params`` fails (the
+    per-sample rule then names it)."""
+    n, ndim = shapes.shape
+    mean, std = _given(op, arg_inputs, "mean", n), _given(op, arg_inputs, "stddev", n)
+    if mean is _PER_SAMPLE or std is _PER_SAMPLE:
+        return None
+    a = op.args
+    if a["axes"] is not None or a["axis_names"]:
+        axes = resolve_axes("normalize", a["axes"], a["axis_names"], layout, ndim)
+    else:  # the first given tensor (more than one value, the sample's rank) says which axes reduce
+        shaped = [p for p in (mean, std) if p is not None and p.ndim - 1 == ndim and p[0].size > 1]
+        axes = [d for d in range(ndim) if shaped[0].shape[d + 1] == 1] if shaped else list(range(ndim))
+    kept = [d for d in range(ndim) if d not in axes]
+    for name, p in (("mean", mean), ("stddev", std)):
+        if p is None or p[0].size <= 1:
+            continue
+        pshape = p.shape[1:]
+        if len(pshape) != ndim or any(pshape[d] != 1 for d in axes) or \
+                (shapes[:, kept] != np.asarray([pshape[d] for d in kept], np.int64)).any():
+            raise ValueError(f"normalize: argument '{name}' has shape {pshape}, which does not fit the "
+                             f"samples reduced over axes {axes}")
+    return axes, mean, std
+
+
+def _from_samples(params):
+    """The per-sample plan (:func:`sample_params`) as :func:`batch_params` gives it, with lists of
+    per-sample arrays for the given statistics; None when it has no common form (then the host
+    fallback runs): axes that differ between samples, statistics given for some samples only."""
     axes = params[0][0]
+    if any(p[0] != axes for p in params):
+        return None
+    given = []
+    for k in (1, 2):
+        if len({p[k] is None for p in params}) > 1:
+            return None
+        given.append(None if params[0][k] is None else [p[k] for p in params])
+    return list(axes), given[0], given[1]
+
+
+def _why_host(axes, mean, std, in_type: np.dtype, out_type: np.dtype) -> str | None:
+    """Why this batch goes through the host fallback, or None when the GPU path takes it.
+    ``mean`` / ``std``: None, a (N, *P) array or a list of per-sample arrays."""
     if not axes or len(set(axes)) != len(axes):
         return "empty or repeated axes"
-    if any(p[0] != axes for p in params):
-        return "reduced axes differ between samples"
-    for k in (1, 2):
-        if len({p[k] is None for p in params}) > 1 or any(p[k] is not None and p[k].size == 0 for p in params):
-            return "given statistics missing for some samples"
+    for p in (mean, std):
+        if isinstance(p, list) and any(v.size == 0 for v in p) or isinstance(p, np.ndarray) and p.size == 0:
+            return "given statistics without values"
     if in_type.kind not in "iuf" or in_type.itemsize > 8:
         return f"input type {in_type}"
     if out_type.kind not in "biuf" or (out_type.kind in "iu" and out_type.itemsize == 8):
@@ -155,39 +228,61 @@ def _factor(xp, std, scale: float):
     return xp.where(positive, scale / xp.where(positive, std, 1.0), 0.0)
 
 
-def build_tables(xp, upload, op, params, keeps, parts, axes, counts, dense_n):
+def _given_host(values, keeps: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """A given statistic's host table: sample ``i``'s values broadcast to its kept extents
+    ``keeps[i]``, raveled, back to back (float64). ``values`` as :func:`batch_params` gives
+    them, or a list of per-sample arrays."""
+    if isinstance(values, list):
+        host = np.concatenate([np.broadcast_to(v, tuple(k)).ravel() for v, k in zip(values, keeps.tolist())])
+    elif values.ndim == 1:  # one value per sample, repeated over its kept entries
+        host = np.repeat(values, sizes)
+    else:  # a tensor per sample: batch_params checked that it has the sample's kept extents
+        host = values.reshape(len(values), -1).ravel()
+    return np.ascontiguousarray(host, np.float64)
+
+
+def _given_factor(op, std):
+    """``scale / sqrt(stddev^2 + epsilon)`` of given deviations (a given 0 divides as on the CPU)."""
+    scale = op.args["scale"]
+    with np.errstate(divide="ignore"):
+        if isinstance(std, list):
+            return [scale / np.asarray(op._given_std(v), np.float64) for v in std]
+        return scale / np.asarray(op._given_std(std), np.float64)
+
+
+def build_tables(xp, upload, op, given, keeps, parts, axes, counts, dense_n):
     """The mean and factor (``scale / stddev``) tables of a batch.
 
-    ``parts`` are the arrays statistics are reduced over: ``[X]`` with ``X`` the dense ``(N, ...)``
-    batch (``dense_n`` = N, ``axes`` counted with the batch axis, and including it with
+    ``given`` is ``(mean, stddev)`` as :func:`batch_params` gives them (None, a (N, *P) array or
+    a list of per-sample arrays); ``keeps`` (N, ndim) the samples' kept extents. ``parts`` are
+    the arrays statistics are reduced over: ``[X]`` with ``X`` the dense ``(N, ...)`` batch
+    (``dense_n`` = N, ``axes`` counted with the batch axis, and including it with
     ``batch=True``), or the samples (``dense_n`` None). ``upload`` puts a host array on the device.
     Returns ``((mean, shared), (factor, shared))``: flat float64 device tables where sample ``i``'s
     entries start at its offset among the kept sizes, or, ``shared``, one entry set for all."""
     a = op.args
     batch = bool(a["batch"])
-    sizes = [int(np.prod(k, dtype=np.int64)) for k in keeps]
+    keeps = np.asarray(keeps, np.int64).reshape(len(keeps), -1)
+    sizes = np.prod(keeps, axis=1, dtype=np.int64)
+    keep0 = tuple(keeps[0].tolist())
     mean_tab = factor_tab = None
-    if params[0][1] is not None:
-        host = np.concatenate([np.broadcast_to(p[1], k).ravel() for p, k in zip(params, keeps)])
-        mean_tab = (upload(np.ascontiguousarray(host, np.float64)), False)
-    if params[0][2] is not None:
-        with np.errstate(divide="ignore"):  # a given stddev of 0 divides as on the CPU
-            host = np.concatenate([np.broadcast_to(a["scale"] / np.asarray(op._given_std(p[2]), np.float64), k).ravel()
-                                   for p, k in zip(params, keeps)])
-        factor_tab = (upload(np.ascontiguousarray(host, np.float64)), False)
+    if given[0] is not None:
+        mean_tab = (upload(_given_host(given[0], keeps, sizes)), False)
+    if given[1] is not None:
+        factor_tab = (upload(_given_host(_given_factor(op, given[1]), keeps, sizes)), False)
     if mean_tab is not None and factor_tab is not None:
         return mean_tab, factor_tab
     centres = None
     if mean_tab is not None:  # deviations about the given means (sample 0's for the batch, as the CPU)
         table = mean_tab[0]
         if dense_n is not None:
-            table = table.reshape((dense_n, *keeps[0]))
+            table = table.reshape((dense_n, *keep0))
             centres = [table[:1] if batch else table]
         elif batch:
-            centres = [table[:sizes[0]].reshape(keeps[0])]
-        else:
+            centres = [table[:int(sizes[0])].reshape(keep0)]
+        else:  # statistics reduced sample by sample (a ragged batch): one centre each
             offs = flat_offsets(sizes).tolist()
-            centres = [table[o:o + s].reshape(k) for o, s, k in zip(offs, sizes, keeps)]
+            centres = [table[o:o + s].reshape(k) for o, s, k in zip(offs, sizes.tolist(), map(tuple, keeps.tolist()))]
     means, stds = compute_stats(xp, parts, axes, counts, centres, factor_tab is None, batch,
                                 int(a["ddof"]), float(a["epsilon"]))
     if mean_tab is None:
@@ -222,34 +317,44 @@ def dense_map(xp, x, mean, factor, shift: float, out_type: np.dtype):
 def kernel_rows(shapes, axes) -> np.ndarray | None:
     """The kernel's per-sample rows (see normalize.cu) with the element counts and dims filled
     in (pointers and table offsets left 0); None when a sample needs more than ``_MAXD`` dims
-    after merging."""
-    rows = np.zeros((len(shapes), _ROW), np.int64)
+    after merging. ``shapes`` is (N, ndim); the rows are built a dim at a time for every sample
+    at once (no step per sample)."""
+    shapes = np.asarray(shapes, np.int64).reshape(len(shapes), -1)
+    n, ndim = shapes.shape
     red = set(axes)
-    for i, shape in enumerate(shapes):
-        keep = _keep(shape, red)
-        strides = np.ones(len(keep), np.int64)  # row-major strides of the sample's table
-        for d in range(len(keep) - 2, -1, -1):
-            strides[d] = strides[d + 1] * keep[d + 1]
-        dims = []  # [extent, table stride, reduced]
-        for d, ext in enumerate(shape):
-            if ext == 1:
-                continue  # one coordinate: adds nothing to the entry
-            reduced = d in red
-            stride = 0 if reduced else int(strides[d])
-            if dims and dims[-1][2] == reduced:
-                # kept neighbours are adjacent in the table, so (outer, inner) folds into one
-                # dim with the inner stride; reduced ones stay at stride 0
-                dims[-1][0] *= int(ext)
-                dims[-1][1] = stride
-            else:
-                dims.append([int(ext), stride, reduced])
-        if len(dims) > _MAXD:
-            return None
-        rows[i, 2] = int(np.prod(shape, dtype=np.int64))
-        rows[i, 5] = len(dims)
-        for k, (ext, stride, _) in enumerate(dims):
-            rows[i, 6 + k] = ext
-            rows[i, 6 + _MAXD + k] = stride
+    keep = shapes.copy()
+    keep[:, sorted(red)] = 1  # the extents each sample's table has: the reduced axes are 1
+    strides = np.ones((n, ndim), np.int64)  # row-major strides of each sample's table
+    for d in range(ndim - 2, -1, -1):
+        strides[:, d] = strides[:, d + 1] * keep[:, d + 1]
+    width = max(ndim, _MAXD)
+    exts = np.zeros((n, width), np.int64)
+    tstrides = np.zeros((n, width), np.int64)
+    count = np.zeros(n, np.int64)  # dims so far
+    last = np.full(n, -1, np.int64)  # whether the last dim is reduced (1) or kept (0); -1: none yet
+    for d in range(ndim):
+        ext = shapes[:, d]
+        reduced = d in red
+        stride = np.zeros(n, np.int64) if reduced else strides[:, d]
+        active = ext != 1  # an extent of 1 adds nothing to the entry
+        # kept neighbours are adjacent in the table, so (outer, inner) folds into one dim with the
+        # inner stride; reduced ones stay at stride 0
+        merge = active & (last == int(reduced))
+        i = np.flatnonzero(merge)
+        exts[i, count[i] - 1] *= ext[i]
+        tstrides[i, count[i] - 1] = stride[i]
+        i = np.flatnonzero(active & ~merge)
+        exts[i, count[i]] = ext[i]
+        tstrides[i, count[i]] = stride[i]
+        count[i] += 1
+        last[i] = int(reduced)
+    if n and count.max() > _MAXD:
+        return None
+    rows = np.zeros((n, _ROW), np.int64)
+    rows[:, 2] = np.prod(shapes, axis=1, dtype=np.int64)
+    rows[:, 5] = count
+    rows[:, 6:6 + _MAXD] = exts[:, :_MAXD]
+    rows[:, 6 + _MAXD:6 + 2 * _MAXD] = tstrides[:, :_MAXD]
     return rows
 
 
@@ -270,16 +375,22 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     if n == 0:
         return [x]  # as the CPU: an empty batch passes through
     layout = x.layout()
-    shapes = [tuple(int(e) for e in s) for s in x.shape()]
-    params = sample_params(op, batch, shapes, layout, arg_inputs)
-    in_type = np.dtype(types.to_numpy_type(x.dtype))
+    shapes = x.geometry()[2]
+    _batch_check(op, shapes, layout, arg_inputs)
+    planned = plan_batch(op, batch, n, lambda: batch_params(op, shapes, layout, arg_inputs),
+                         lambda i: op._params(_shape_stub(shapes[i]), op.sample_args(arg_inputs, i), layout))
+    if planned is None:  # given statistics whose shapes differ from sample to sample
+        planned = _from_samples(sample_params(op, batch, shapes, layout, arg_inputs))
+    in_type = x.element_dtype()
     out_type = np.dtype(op.args["dtype"])
-    if _why_host(params, in_type, out_type) is not None:
+    if planned is None or _why_host(*planned, in_type, out_type) is not None:
         return host_fallback(op, batch, inputs, arg_inputs)
-    axes = list(params[0][0])
-    keeps = [_keep(s, axes) for s in shapes]
-    sizes = [int(np.prod(k, dtype=np.int64)) for k in keeps]
-    counts = [int(np.prod([s[d] for d in axes], dtype=np.int64)) for s in shapes]
+    axes, mean, std = planned
+    given = (mean, std)
+    keeps = shapes.copy()
+    keeps[:, axes] = 1
+    sizes = np.prod(keeps, axis=1, dtype=np.int64)
+    counts = np.prod(shapes[:, axes], axis=1, dtype=np.int64).tolist()
     shift = float(op.args["shift"])
 
     def upload(host):
@@ -291,10 +402,11 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
         if op.args["batch"]:
             red = (0, *red)
         count = int(np.prod([dense.shape[d] for d in red], dtype=np.int64))
-        (mean, m_shared), (factor, f_shared) = build_tables(cp, upload, op, params, keeps, [dense], red,
+        (mean, m_shared), (factor, f_shared) = build_tables(cp, upload, op, given, keeps, [dense], red,
                                                             [count], n)
-        mean = mean.reshape((1 if m_shared else n, *keeps[0]))
-        factor = factor.reshape((1 if f_shared else n, *keeps[0]))
+        keep0 = tuple(keeps[0].tolist())
+        mean = mean.reshape((1 if m_shared else n, *keep0))
+        factor = factor.reshape((1 if f_shared else n, *keep0))
         out = dense_map(cp, dense, mean, factor, shift, out_type)
         return [TensorListGPU(out, layout, x.source_info())]
 
@@ -304,8 +416,9 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     if rows is None:
         return host_fallback(op, batch, inputs, arg_inputs)
     x = contiguous_samples(x)
-    samples = x.samples() if params[0][1] is None or params[0][2] is None else None
-    mean_tab, factor_tab = build_tables(cp, upload, op, params, keeps, samples, tuple(axes), counts, None)
+    # statistics to compute over a ragged batch are reduced sample by sample (per-sample views)
+    samples = x.samples() if mean is None or std is None else None
+    mean_tab, factor_tab = build_tables(cp, upload, op, given, keeps, samples, tuple(axes), counts, None)
     rows[:, 3] = _offsets(mean_tab, sizes)
     rows[:, 4] = _offsets(factor_tab, sizes)
 

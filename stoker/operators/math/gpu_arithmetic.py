@@ -2,9 +2,13 @@
 
 The CPU operator's own :func:`~stoker.operators.math.arithmetic.evaluate` runs with CuPy as the
 array module, so the types and semantics are the CPU's. Where every input lies in one device
-buffer with the same sample layout (a decoded or resized batch, a dense one), the expression runs
-once over the whole buffer (a few CuPy kernel launches per batch); otherwise (inputs whose
-samples broadcast against each other, e.g. an image times a per-channel vector) once per sample.
+buffer (a decoded, resized or cast batch, a dense one) and the inputs place their samples alike,
+the expression runs once over the part of the buffer the samples occupy (a few CuPy kernel
+launches per batch, and no host step per sample: issue 16). An input that holds one value per
+sample (a per-sample scalar, e.g. ``x * fn.random.uniform()``) joins that pass: its values are
+spread over the other inputs' elements on the device. Otherwise (inputs whose samples broadcast
+against each other in other ways, e.g. an image times a per-channel vector, or samples in
+separate arrays) the expression runs once per sample.
 """
 
 from __future__ import annotations
@@ -15,12 +19,45 @@ from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.math.arithmetic import evaluate
 
 
-def _shared_layout(parts) -> bool:
-    """Whether the inputs' flat buffers place their samples alike (same offsets and shapes)."""
+def _same_place(a, b) -> bool:
+    """Whether two inputs' flat buffers place their samples alike (same offsets and shapes)."""
+    return a[1].shape == b[1].shape and a[2].shape == b[2].shape and np.array_equal(a[1], b[1]) \
+        and np.array_equal(a[2], b[2])
+
+
+def flat_plan(parts):
+    """How the inputs (their ``flat_parts``) run as one pass: ``(reference, roles)`` where
+    ``reference`` indexes the input whose placement the result takes and ``roles[k]`` is "same"
+    (input ``k`` places its samples as the reference does) or "spread" (one value per sample, of
+    no more dimensions than the reference's samples: broadcast over them); None when the inputs
+    need the per-sample path."""
     if any(p is None for p in parts):
-        return False
-    _, off0, shp0 = parts[0]
-    return all(np.array_equal(off, off0) and np.array_equal(shp, shp0) for _, off, shp in parts[1:])
+        return None
+    single = [bool((np.prod(p[2], axis=1, dtype=np.int64) == 1).all()) for p in parts]
+    ref = next((k for k, s in enumerate(single) if not s), 0)
+    roles = []
+    for k, p in enumerate(parts):
+        if _same_place(p, parts[ref]):
+            roles.append("same")
+        elif single[k] and p[2].shape[1] <= parts[ref][2].shape[1]:
+            roles.append("spread")
+        else:
+            return None
+    return ref, roles
+
+
+def _sample_of_element(cp, offsets, sizes, start: int, end: int):
+    """For every element of ``[start, end)`` of the reference's buffer, the sample (index) whose
+    elements it lies among (gaps take the sample before them); None when non-empty samples
+    overlap (their elements would need two values)."""
+    keep = np.flatnonzero(sizes > 0)
+    order = keep[np.argsort(offsets[keep], kind="stable")]
+    starts = offsets[order]
+    if (starts[1:] < starts[:-1] + sizes[order][:-1]).any():
+        return None
+    pos = cp.arange(start, end, dtype=cp.int64)
+    seg = cp.searchsorted(cp.asarray(starts), pos, side="right") - 1  # >= 0: start is the first offset
+    return cp.asarray(order)[seg]
 
 
 @register_gpu("_arithmetic")
@@ -36,12 +73,25 @@ def gpu_arithmetic(op, batch, inputs, arg_inputs):
     if n == 0:
         return [TensorListGPU([], layout, source)]
     parts = [x.flat_parts() for x in inputs]
-    if _shared_layout(parts):
-        _, offsets, shapes = parts[0]
-        sizes = np.prod(shapes, axis=1, dtype=np.int64) if shapes.shape[1] else np.ones(n, np.int64)
-        end = int((offsets + sizes).max())
-        result = evaluate(op.args, [buf[:end] for buf, _, _ in parts], cp)
-        return [TensorListGPU.from_flat(result, offsets, shapes, layout, source)]
+    plan = flat_plan(parts)
+    if plan is not None:
+        ref, roles = plan
+        _, offsets, shapes = parts[ref]
+        sizes = np.prod(shapes, axis=1, dtype=np.int64)
+        start = int(offsets.min())
+        end = int((offsets + sizes).max()) if sizes.any() else start
+        sample = _sample_of_element(cp, offsets, sizes, start, end) if "spread" in roles and end > start else None
+        if sample is not None or end == start or "spread" not in roles:
+            flat = []
+            for (buf, off, _), role in zip(parts, roles):
+                if role == "same":
+                    flat.append(buf[start:end])
+                elif sample is None:  # no elements to spread over
+                    flat.append(buf[:0])
+                else:  # each sample's one value, then every element takes its sample's
+                    flat.append(buf[cp.asarray(off)][sample])
+            result = evaluate(op.args, flat, cp)
+            return [TensorListGPU.from_flat(result, offsets - start, shapes, layout, source)]
     samples = [x.samples() for x in inputs]
     outs = [evaluate(op.args, [s[i] for s in samples], cp) for i in range(n)]
     return [TensorListGPU(outs, layout, source)]

@@ -1,10 +1,20 @@
-"""GPU ``cast``: one elementwise launch for a dense batch (rounding and saturation like the CPU cast)."""
+"""GPU ``cast``: one elementwise pass per batch (rounding and saturation like the CPU cast): over
+the dense array, or over the one buffer a ragged batch lies in (a resized or decoded batch), so
+the host does not step through the samples; only a batch of separate arrays is cast sample by
+sample."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from stoker.operators.gpu_registry import register_gpu
+
+
+def flat_span(offsets: np.ndarray, shapes: np.ndarray) -> tuple[int, int]:
+    """(first, end) element of the part of a flat buffer that samples at ``offsets`` with
+    ``shapes`` (N, ndim) occupy."""
+    sizes = np.prod(shapes, axis=1, dtype=np.int64)
+    return int(offsets.min()), int((offsets + sizes).max())
 
 
 def cast_array(x, dtype):
@@ -35,4 +45,12 @@ def gpu_cast(op, batch, inputs, arg_inputs):
     dense = x.dense()
     if dense is not None:
         return [TensorListGPU(cast_array(dense, dtype), x.layout(), x.source_info())]
+    parts = x.flat_parts()
+    if parts is not None and len(x):
+        # The span of the buffer the samples occupy, cast at once; the samples keep their places
+        # in it (gaps between them are cast too, and never read).
+        buf, offsets, shapes = parts
+        start, end = flat_span(offsets, shapes)
+        return [TensorListGPU.from_flat(cast_array(buf[start:end], dtype), offsets - start, shapes,
+                                        x.layout(), x.source_info())]
     return [TensorListGPU([cast_array(s, dtype) for s in x.samples()], x.layout(), x.source_info())]
