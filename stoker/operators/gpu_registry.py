@@ -137,7 +137,8 @@ def _prepare_method(prepare):
 
 
 def lookup(name: str) -> Callable | None:
-    load_gpu_impls()
+    if not _loaded:  # (once: the loop over the registry costs more than a kernel launch)
+        load_gpu_impls()
     return _GPU_IMPLS.get(name)
 
 
