@@ -58,7 +58,10 @@ class Constant(Operator):
         self.value = val
 
     def run_cpu(self, batch, inputs, arg_inputs):
-        return [TensorListCPU([self.value] * batch.batch_size, self.args["layout"] or "")]
+        # one read-only view per sample of one broadcast array (a per-sample conversion cost a
+        # Python call per sample in the CPU stage)
+        v = self.value
+        return [TensorListCPU(np.broadcast_to(v, (batch.batch_size, *v.shape)), self.args["layout"] or "")]
 
 
 @register
