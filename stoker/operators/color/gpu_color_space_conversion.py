@@ -45,14 +45,15 @@ def _ftab(src, dst) -> np.ndarray:
     return row
 
 
-def _takes(x, channels: int) -> bool:
-    """Whether the kernels take this batch (what the CPU operator's checks accept, uint8)."""
-    if len(x) == 0 or np.dtype(x.samples()[0].dtype) != np.uint8:
+def _takes(x, shapes, channels: int) -> bool:
+    """Whether the kernels take batch ``x`` whose samples have ``shapes`` (N, ndim) (what the CPU
+    operator's checks accept, uint8)."""
+    if len(x) == 0 or x.element_dtype() != np.uint8:
         return False
     layout = x.layout() or ""
     if layout and layout[-1] != "C":
         return False
-    return all(len(s) >= 2 and s[-1] == channels for s in x.shape())
+    return shapes.shape[1] >= 2 and bool((shapes[:, -1] == channels).all())
 
 
 @register_gpu("color_space_conversion")
@@ -64,21 +65,22 @@ def gpu_color_space_conversion(op, batch, inputs, arg_inputs):
     x = inputs[0]
     src, dst = op.src, op.dst
     cin, cout = _CHANNELS[src], _CHANNELS[dst]
-    if not _takes(x, cin):
+    if not isinstance(x, TensorListGPU) or len(x) == 0 or not _takes(x, x.geometry()[2], cin):
         return host_fallback(op, batch, inputs, arg_inputs)
     cp = cuda._cupy()
     x = contiguous_samples(x)
-    samples = x.samples()
-    n = len(samples)
-    pixels = np.fromiter((s.size // cin for s in samples), np.int64, n)
+    ptrs, _, in_shapes = x.geometry()  # (no per-sample view: issue 16)
+    n = len(x)
+    pixels = np.prod(in_shapes[:, :-1], axis=1, dtype=np.int64)
     offsets = flat_offsets(pixels * cout)
     buf = cp.empty(max(int(pixels.sum()) * cout, 1), np.uint8)
-    shapes = np.asarray([(*s.shape[:-1], cout) for s in samples], np.int64).reshape(n, -1)
+    shapes = in_shapes.copy()
+    shapes[:, -1] = cout
     out = TensorListGPU.from_flat(buf, offsets, shapes, x.layout(), x.source_info())
     if not pixels.any():
         return [out]
     itab = np.empty((n, 3), np.int64)
-    itab[:, 0] = np.fromiter((s.data.ptr for s in samples), np.int64, n)
+    itab[:, 0] = ptrs
     itab[:, 1] = buf.data.ptr + offsets  # uint8: element offsets are byte offsets
     itab[:, 2] = pixels
     grid, block = grid_for(int(pixels.max()), n)

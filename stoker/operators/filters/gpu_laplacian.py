@@ -14,18 +14,21 @@ within float32 rounding. Per-frame arguments
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from stoker.operators.color._common import spatial_layout
+from stoker.operators.filters.laplacian import derivative_window, smoothing_window
 from stoker.operators.gpu_registry import (
     contiguous_samples,
     flat_offsets,
     grid_for,
     host_fallback,
-    per_sample,
     register_gpu,
     upload_table,
 )
+from stoker.operators.image.geometry_batch import plan_rows, sample_rows
 from stoker.operators.per_frame import FrameArray
 
 _SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16",
@@ -83,7 +86,95 @@ def pass_plan(axes: int) -> list[tuple[int, int, int, bool]]:
 
 
 def _has_frame_values(arg_inputs) -> bool:
-    return any(isinstance(v, FrameArray) for vals in arg_inputs.values() for v in vals)
+    """Whether some argument input holds per-frame values (C-level: no Python step per sample)."""
+    return any(FrameArray in set(map(type, vals)) for vals in arg_inputs.values())
+
+
+@functools.cache
+def _window_bank() -> tuple[np.ndarray, np.ndarray]:
+    """(derivative, smoothing) windows of every size the arguments allow, as (24, 23) float32
+    rows: row s holds the window of s taps (the CPU's ``derivative_window`` / ``smoothing_window``),
+    zeros after them."""
+    deriv, smooth = np.zeros((24, 23), np.float32), np.zeros((24, 23), np.float32)
+    for s in range(1, 24):
+        smooth[s, :s] = smoothing_window(s)
+        if s >= 3:
+            deriv[s, :s] = derivative_window(s)
+    return deriv, smooth
+
+
+def _size_rows(op, arg_inputs, name: str, n: int, axes: int, lo: int) -> np.ndarray | None:
+    """Window sizes ``name`` of every sample as (n, axes) int64 (one value broadcast), None when
+    not given; ValueError for values ``Laplacian.windows`` refuses (PerSample for values NumPy
+    cannot take at once)."""
+    rows = sample_rows(op, arg_inputs, name, n)
+    if rows is None:
+        return None
+    if rows.shape[1] not in (1, axes):
+        raise ValueError(f"argument '{name}' needs 1 or {axes} values (one per spatial axis)")
+    if ((rows % 2 == 0) | (rows < lo) | (rows > 23)).any():
+        raise ValueError(f"argument '{name}' must be odd and in [{lo}, 23]")
+    return np.broadcast_to(np.trunc(rows).astype(np.int64), (n, axes))
+
+
+def laplacian_plans(op, arg_inputs, shapes, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(itab, taps)`` for every sample at once, with no step per sample: the rows
+    :func:`laplacian_plan_one` gives (``Laplacian.windows`` and :func:`laplacian_tables`), taps
+    (N, passes, 23). Raises ValueError where a sample's arguments are refused."""
+    shapes = np.asarray(shapes, np.int64)
+    n, ndim = shapes.shape
+    spatial, channel = spatial_layout(layout, ndim)
+    axes = len(spatial)
+    win = _size_rows(op, arg_inputs, "window_size", n, axes, 3)
+    smooth = _size_rows(op, arg_inputs, "smoothing_size", n, axes, 1)
+    scale = sample_rows(op, arg_inputs, "scale", n)
+    if scale is not None and scale.shape[1] not in (1, axes):
+        raise ValueError(f"argument 'scale' needs 1 or {axes} values (one per spatial axis)")
+    scale = np.ones((n, axes)) if scale is None else np.broadcast_to(scale, (n, axes))
+    # pass_axes per sample: rows first for HW / HWC images of up to 128 channels
+    image = spatial == [0, 1] and ndim in (2, 3) and (ndim == 2 or channel == 2)
+    image = np.full(n, image) if ndim != 3 or not image else shapes[:, 2] <= 128
+    order = np.where(image[:, None], np.arange(axes)[::-1], np.arange(axes))
+    strides = np.ones_like(shapes)
+    if ndim > 1:
+        strides[:, :-1] = np.cumprod(shapes[:, :0:-1], axis=1)[:, ::-1]  # C-order element strides
+    spatial = np.asarray(spatial, np.int64)
+    deriv, smoothing = _window_bank()
+    rows = np.arange(n)
+    itab = np.zeros((n, _COLS), np.int64)
+    itab[:, COUNT] = np.prod(shapes, axis=1, dtype=np.int64)
+    taps = np.zeros((n, axes * axes, 23), np.float32)
+    col = np.arange(23)
+    for i in range(axes):
+        # the sizes of partial i along every axis (its own window along axis i)
+        sizes = np.repeat(win[:, i:i + 1], axes, axis=1) if smooth is None else smooth.copy()
+        sizes[:, i] = win[:, i]
+        if op.args.get("normalized_kernel"):
+            factor = np.power(2.0, -sizes.sum(axis=1) + axes + 2).astype(np.float32)
+        else:
+            factor = scale[:, i].astype(np.float32)
+        for step in range(axes):
+            j = order[:, step]
+            size = sizes[rows, j]
+            own = j == i
+            k = np.where(own[:, None], deriv[size], smoothing[size])
+            with np.errstate(all="ignore"):  # the product is kept only where the window has taps
+                scaled = k * factor[:, None]
+            q = i * axes + step
+            taps[:, q] = np.where(own[:, None] & (col < size[:, None]), scaled, k)
+            ax = spatial[j]
+            itab[:, 8 + 3 * q], itab[:, 9 + 3 * q] = shapes[rows, ax], strides[rows, ax]
+            itab[:, 10 + 3 * q] = (size - 1) // 2
+    return itab, taps
+
+
+def laplacian_plan_one(op, arg_inputs, i: int, shape, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Sample ``i``'s ``(itab row, taps (passes, 23))`` by the CPU operator's per-sample rule
+    (``Laplacian.windows``, then :func:`laplacian_tables`): raises that sample's error."""
+    shape = tuple(int(d) for d in shape)
+    plan = op.windows(op.sample_args(arg_inputs, i), layout, shape)
+    itab, taps = laplacian_tables([shape], [plan], 23)
+    return itab[0], taps[0]
 
 
 @register_gpu("laplacian")
@@ -96,20 +187,21 @@ def gpu_laplacian(op, batch, inputs, arg_inputs):
     n = len(x)
     if n == 0 or _has_frame_values(arg_inputs):
         return host_fallback(op, batch, inputs, arg_inputs)
-    in_type = np.dtype(x.samples()[0].dtype)
+    in_type = x.element_dtype()
     out_type = np.dtype(op.args.get("dtype") or in_type)
-    shapes = [tuple(int(d) for d in s) for s in x.shape()]
     layout = x.layout() or ""
     spatial, _ = spatial_layout(layout, x.ndim)
-    if (in_type not in _SUFFIX or out_type not in _SUFFIX or not 1 <= len(spatial) <= 3
-            or any(0 in s for s in shapes)):
+    if in_type not in _SUFFIX or out_type not in _SUFFIX or not 1 <= len(spatial) <= 3:
         return host_fallback(op, batch, inputs, arg_inputs)
-    plans = per_sample(op, batch, n, lambda i: op.windows(op.sample_args(arg_inputs, i), layout, shapes[i]))
-    kmax = max(len(k) for _, _, windows in plans for kernels in windows for k in kernels)
-    itab, taps = laplacian_tables(shapes, plans, kmax)
-    cp = cuda._cupy()
     x = contiguous_samples(x)
-    ptrs, _, _ = x.geometry()
+    ptrs, _, shapes = x.geometry()
+    if not shapes.all():
+        return host_fallback(op, batch, inputs, arg_inputs)
+    itab, taps = plan_rows(op, batch, n, lambda: laplacian_plans(op, arg_inputs, shapes, layout),
+                           lambda i: laplacian_plan_one(op, arg_inputs, i, shapes[i], layout))
+    kmax = int(2 * itab[:, 10:8 + 3 * len(spatial) ** 2:3].max() + 1)  # the longest window's taps
+    taps = np.ascontiguousarray(taps[:, :, :kmax])
+    cp = cuda._cupy()
     sizes = itab[:, COUNT]
     offsets = flat_offsets(sizes)
     total = int(sizes.sum())
@@ -130,4 +222,4 @@ def gpu_laplacian(op, batch, inputs, arg_inputs):
             grid, block, (it, tt, np.int32(axes * axes), np.int32(kmax), np.int32(q), np.int32(src), np.int32(dst),
                           np.int32(add)))
     # the scratches go back to the pool now: reuse is ordered after these launches on this stream
-    return [TensorListGPU.from_flat(buf, offsets, np.asarray(shapes, np.int64), x.layout(), x.source_info())]
+    return [TensorListGPU.from_flat(buf, offsets, shapes.copy(), x.layout(), x.source_info())]

@@ -1,8 +1,10 @@
 """GPU ``warp_perspective`` (and its DALI name ``experimental.warp_perspective``): each sample's
-homography and output size come from the CPU operator's own ``WarpPerspective.geometry`` (the
-same matrix it hands to OpenCV), and the whole batch is warped in one launch
-(``perspective_*`` in ``kernels/warp_perspective.cu``), one table row per image: a sample, or each
-frame of a sequence. HW, HWC, CHW, FHWC and FCHW samples of uint8 or float32 with up to 4
+homography and output size are those of the CPU operator's own ``WarpPerspective.geometry`` (the
+same matrix it hands to OpenCV), computed for the whole batch at once with NumPy
+(``perspective_plans``; geometry itself runs per sample only to name a sample whose arguments
+are refused, or for values NumPy cannot read at once: issue 16), and the whole batch is warped in
+one launch (``perspective_*`` in ``kernels/warp_perspective.cu``), one table row per image: a
+sample, or each frame of a sequence. HW, HWC, CHW, FHWC and FCHW samples of uint8 or float32 with up to 4
 channels, nearest or linear interpolation and every border mode of the CPU operator.
 
 The kernel computes source points and bilinear weights in float32 in the order of OpenCV's
@@ -22,10 +24,10 @@ from stoker.operators.gpu_registry import (
     flat_offsets,
     grid_for,
     host_fallback,
-    per_sample,
     register_gpu,
     upload_table,
 )
+from stoker.operators.image.geometry_batch import plan_rows
 from stoker.operators.per_frame import FrameArray
 
 _KERNELS = {np.dtype(np.uint8): "perspective_u8", np.dtype(np.float32): "perspective_f32"}
@@ -90,7 +92,8 @@ def border_values(fill, dtype) -> np.ndarray:
 
 
 def _has_frame_values(arg_inputs) -> bool:
-    return any(isinstance(v, FrameArray) for vals in arg_inputs.values() for v in vals)
+    """Whether some argument input holds per-frame values (C-level: no Python step per sample)."""
+    return any(FrameArray in set(map(type, vals)) for vals in arg_inputs.values())
 
 
 def _kernel_takes(dtype, dims, interp, fill) -> bool:
@@ -115,6 +118,19 @@ def output_shapes(dims, out_hw, frames: bool, planar: bool, channels: bool) -> n
     return np.stack([f, *cols] if frames else cols, axis=1).astype(np.int64)
 
 
+def perspective_plans(op, arg_inputs, in_hw) -> tuple[np.ndarray, np.ndarray]:
+    """``(matrices (N, 3, 3), out_hw (N, 2))`` of every image size ``in_hw`` (N, 2) at once:
+    ``WarpPerspective.geometries``, the numbers :func:`perspective_plan_one` gives sample by
+    sample."""
+    return op.geometries(arg_inputs, in_hw)
+
+
+def perspective_plan_one(op, arg_inputs, i: int, in_hw) -> tuple[np.ndarray, tuple[int, int]]:
+    """Sample ``i``'s ``(matrix, (out_h, out_w))`` by the CPU operator's rule (``geometry``)."""
+    m, oh, ow = op.geometry(op.sample_args(arg_inputs, i), None, (int(in_hw[0]), int(in_hw[1])))
+    return m, (oh, ow)
+
+
 @register_gpu("warp_perspective")
 @register_gpu("experimental.warp_perspective")
 def gpu_warp_perspective(op, batch, inputs, arg_inputs):
@@ -130,19 +146,17 @@ def gpu_warp_perspective(op, batch, inputs, arg_inputs):
             or _has_frame_values(arg_inputs)):
         return host_fallback(op, batch, inputs, arg_inputs)
     frames, planar = form
-    dtype = np.dtype(x.samples()[0].dtype)
-    dims = image_dims(np.asarray(x.shape(), np.int64).reshape(n, -1), frames, planar)
+    dtype = x.element_dtype()
+    dims = image_dims(x.geometry()[2], frames, planar)
     fill = op.args["fill_value"] or [0.0]
     if not _kernel_takes(dtype, dims, interp, fill):
         return host_fallback(op, batch, inputs, arg_inputs)
     f, h, w, c = dims
     nc = int(c[0])
 
-    def plan(i):
-        m, oh, ow = op.geometry(op.sample_args(arg_inputs, i), None, (int(h[i]), int(w[i])))
-        return m, (oh, ow)
-
-    matrices, out_hw = zip(*per_sample(op, batch, n, plan))
+    in_hw = np.stack([h, w], axis=1)
+    matrices, out_hw = plan_rows(op, batch, n, lambda: perspective_plans(op, arg_inputs, in_hw),
+                                 lambda i: perspective_plan_one(op, arg_inputs, i, in_hw[i]))
     out_hw = np.asarray(out_hw, np.int64).reshape(n, 2)
     if not out_hw.all():  # the CPU operator fails on an empty output size: the host raises its error
         return host_fallback(op, batch, inputs, arg_inputs)

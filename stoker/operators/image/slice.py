@@ -20,6 +20,8 @@ import numpy as np
 from stoker.errors import arg_error
 from stoker.operators.image.crop import OOB_POLICIES, LayoutAware
 from stoker.operators.image.geometry import round_half_away
+from stoker.operators.image.geometry_batch import PerSample, sample_rows
+from stoker.operators.image.geometry_batch import round_half_away as round_all
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor._axes import resolve_axes
 from stoker.operators.tensor.basic import convert
@@ -151,6 +153,136 @@ class Slice(LayoutAware):
                 raise ValueError(f"slice: the box ends ({en}) before it starts ({b}); check the end/shape "
                                  "arguments")
         return begin, end
+
+
+    # --- the whole batch at once (the GPU slice's planner) -----------------------------------
+
+    def boxes(self, shapes, box_inputs, arg_inputs: dict, layout: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """:meth:`box` for every sample at once: ``(axes, begin, end)`` with ``begin``/``end``
+        (N, len(axes)) int64, for samples of ``shapes`` (N, ndim); ``box_inputs``: the anchor and
+        shape inputs as lists of per-sample arrays (or none), ``arg_inputs`` the argument inputs.
+        The numbers box gives sample by sample (the same float32/float64 steps, elementwise).
+        Raises ``geometry_batch.PerSample`` where the per-sample rule must read the values
+        (per-sample axes, ragged or per-frame values) and ValueError where some sample's values
+        are refused (``gpu_registry.plan_batch`` then runs box per sample to name it)."""
+        shapes = np.asarray(shapes, np.int64)
+        n, ndim = shapes.shape
+        if "axes" in arg_inputs:  # axes that differ per sample: no common column layout
+            raise PerSample("axes")
+        axes = self._axes(self.args, layout, ndim)
+        ext = shapes[:, axes]
+        if len(box_inputs) == 2:
+            return axes, *self._from_input_rows(box_inputs, ext)
+        if len(box_inputs) == 1:
+            raise self.error("slice: give both the anchor and the shape inputs (or neither)")
+        return axes, *self._from_arg_rows(arg_inputs, ext)
+
+    def _from_input_rows(self, box_inputs, ext: np.ndarray):
+        """:meth:`_from_inputs` for every sample: ``ext`` (N, k) extents of the sliced axes."""
+        n, k = ext.shape
+        rows = []
+        for name, values in zip(("anchor", "shape"), box_inputs):
+            try:  # one C-level step when every sample holds as many numbers
+                r = np.asarray(values, np.float64).reshape(n, -1)
+            except (ValueError, TypeError):
+                raise PerSample(name) from None
+            if r.shape[1] != k:
+                raise ValueError(f"slice: argument '{name}' has {r.shape[1]} values for {k} sliced axes")
+            rows.append(r)
+        e = ext.astype(np.float64)
+        a = rows[0] * e if self.args["normalized_anchor"] else rows[0]
+        s = rows[1] * e if self.args["normalized_shape"] else rows[1]
+        if (s < 0).any():
+            raise ValueError("slice: the shape input must be non-negative")
+        return whole_numbers(a), whole_numbers(a + s)
+
+    def _from_arg_rows(self, arg_inputs: dict, ext: np.ndarray):
+        """:meth:`_from_args` for every sample: ``ext`` (N, k) extents of the sliced axes."""
+        n, k = ext.shape
+
+        def rows(name):
+            r = sample_rows(self, arg_inputs, name, n)
+            if r is not None and r.shape[1] != k:
+                raise ValueError(f"slice: argument '{name}' has {r.shape[1]} values for {k} sliced axes")
+            return r
+
+        e32, e64 = ext.astype(F32), ext.astype(np.float64)
+        rs, st = rows("rel_start"), rows("start")
+        if rs is not None:
+            rs = rs.astype(F32)
+            begin_f = (rs * e32).astype(np.float64)  # float32 product, as DALI
+            begin_d = rs.astype(np.float64) * e64
+        elif st is not None:
+            begin_f = begin_d = st.astype(F32).astype(np.float64)
+        else:
+            begin_f = begin_d = np.zeros((n, k))
+        re, en, rsh, sh = rows("rel_end"), rows("end"), rows("rel_shape"), rows("shape")
+        if re is not None:
+            end_f = (re.astype(F32) * e32).astype(np.float64)
+        elif en is not None:
+            end_f = en.astype(F32).astype(np.float64)
+        elif rsh is not None:
+            end_f = begin_d + rsh.astype(F32).astype(np.float64) * e64
+        elif sh is not None:
+            end_f = begin_d + sh.astype(F32).astype(np.float64)
+        else:
+            end_f = e64
+        begin, end = whole_numbers(begin_f), whole_numbers(end_f)
+        if (end < begin).any():
+            raise ValueError("slice: the box ends before it starts; check the end/shape arguments")
+        return begin, end
+
+
+def whole_numbers(v: np.ndarray) -> np.ndarray:
+    """``round_half_away`` of every value as int64 (``geometry_batch.round_half_away``); ValueError
+    where the per-sample rule's Python int would fail (NaN, infinity) or not fit a kernel table."""
+    if not (np.abs(v) < 2.0 ** 62).all():  # NaN fails this too
+        raise ValueError("slice: box edges must be finite numbers")
+    return round_all(v)
+
+
+def box_windows(shapes, axes: list[int], begin: np.ndarray, end: np.ndarray, policy: str,
+                op: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`box_window` for every sample at once: ``(output shapes, starts, padded)`` as (N, ndim),
+    (N, ndim) int64 and (N,) bool arrays for samples of ``shapes`` (N, ndim) and boxes ``begin``/
+    ``end`` (N, len(axes)). Raises ValueError where a box leaves its sample under 'error' (the
+    per-sample rule then names the sample)."""
+    shapes = np.asarray(shapes, np.int64)
+    n = shapes.shape[0]
+    inside = ((begin >= 0) & (end <= shapes[:, axes])).all(axis=1) if axes else np.ones(n, bool)
+    if policy == "error" and not inside.all():
+        raise ValueError(f"{op}: a box leaves its sample; use out_of_bounds_policy='pad' or 'trim_to_shape'")
+    out = shapes.copy()
+    start = np.zeros_like(shapes)
+    clip = inside | (policy == "trim_to_shape")
+    for j, ax in enumerate(axes):  # in order: a repeated axis takes its last box, as box_window
+        b, e, ext = begin[:, j], end[:, j], shapes[:, ax]
+        lo, hi = np.minimum(np.maximum(b, 0), ext), np.maximum(np.minimum(e, ext), 0)
+        out[:, ax] = np.where(clip, np.maximum(hi - lo, 0), e - b)
+        start[:, ax] = np.where(clip, lo, b)
+    return out, start, ~clip
+
+
+def box_fill_rows(fill: list[float], shapes, out_shapes, padded, layout: str, dtype,
+                  op: str) -> tuple[np.ndarray, int | None]:
+    """The fill values of a batch's padded samples (:func:`box_fill` for all of them): ``(values,
+    axis)`` with ``values`` (1, k) in ``dtype`` (C cast) and ``axis`` the one the k > 1 values run
+    along (None for one value). Raises ValueError where a padded sample cannot take them (the
+    per-sample rule then names it)."""
+    vals = np.asarray(fill, np.float64).reshape(-1)
+    k = vals.size
+    shapes = np.asarray(shapes, np.int64)
+    ndim = shapes.shape[1]
+    padded = np.asarray(padded, bool)
+    axis = None
+    if padded.any() and k != 1:
+        if k == 0 or ndim == 0:
+            raise ValueError(f"{op}: argument 'fill_values' has {k} values for samples of {ndim} dimensions")
+        axis = layout.index("C") if layout and "C" in layout else ndim - 1
+        if (shapes[padded, axis] != k).any() or (out_shapes[padded, axis] != k).any():
+            raise ValueError(f"{op}: argument 'fill_values' has one value per channel ({k}), which some "
+                             "padded sample does not keep")
+    return c_cast_array(vals, dtype).reshape(1, k), axis
 
 
 def box_window(shape, axes: list[int], begin: list[int], end: list[int], policy: str,

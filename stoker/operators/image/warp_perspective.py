@@ -16,6 +16,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
+from stoker.operators.image.geometry_batch import sample_rows
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
@@ -115,6 +116,40 @@ class WarpPerspective(Operator):
         else:
             out_h, out_w = in_hw
         return m, out_h, out_w
+
+    def geometries(self, arg_inputs: dict, in_hw) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`geometry` (without a matrix input) of every image size ``in_hw`` (N, 2) at once,
+        with no step per sample: ``(matrices (N, 3, 3), out_hw (N, 2))``, the same NumPy
+        operations on stacks of matrices (the GPU warp's planner; tests hold the two equal).
+        Raises PerSample where NumPy cannot read the argument inputs at once, ValueError where
+        a sample's values are refused (the per-sample rule then names it)."""
+        in_hw = np.asarray(in_hw, np.int64).reshape(-1, 2)
+        n = in_hw.shape[0]
+        name = self.schema.name
+        m = sample_rows(self, arg_inputs, "matrix", n)
+        if m is None:
+            raise ValueError(f"{name}: argument 'matrix' is required (or a matrix as the second input)")
+        if m.shape[1] != 9:
+            raise ValueError(f"{name}: argument 'matrix' needs 9 values (3x3), got {m.shape[1]}")
+        m = np.ascontiguousarray(m).reshape(n, 3, 3)
+        if not self.args["inverse_map"]:
+            if (np.abs(np.linalg.det(m)) < 1e-12).any():
+                raise ValueError(f"{name}: argument 'matrix' is not invertible")
+            m = np.linalg.inv(m)
+        if self.args["pixel_origin"] == "corner":
+            m = _UNHALF @ m @ _HALF  # to OpenCV's integer pixel centres
+        size = sample_rows(self, arg_inputs, "size", n)
+        if size is None or size.shape[1] == 0:
+            return m, in_hw.copy()
+        if size.shape[1] < 2:
+            raise ValueError(f"{name}: argument 'size' needs 2 values (H, W)")
+        size = size[:, :2]
+        if not (np.abs(size) < 2.0 ** 62).all():  # int() of NaN or infinity fails sample by sample
+            raise ValueError(f"{name}: argument 'size' must be finite")
+        out_hw = np.trunc(size).astype(np.int64)  # int(): towards zero
+        if (out_hw < 0).any():
+            raise ValueError(f"{name}: argument 'size' must not be negative")
+        return m, out_hw
 
     def _warp_image(self, img, inputs, args):
         name = self.schema.name
