@@ -131,7 +131,76 @@ def trivial_augment_pipeline(fn, types, root: str):
     return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW"), labels
 
 
-PIPELINES = {"augmented": augmented_classification, "detection": detection_style,
+def _boxes_source(count: int = 512, seed: int = 0):
+    """Per-sample sources of 1-8 random boxes (ltrb in [0, 1]) and their labels, for the detection
+    pipeline (the image folder has no annotations): ``source(sample_info)`` as DALI's
+    ``external_source(batch=False)`` calls it."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    boxes, labels = [], []
+    for _ in range(count):
+        k = int(rng.integers(1, 9))
+        lt = rng.uniform(0.0, 0.7, (k, 2))
+        wh = rng.uniform(0.1, 0.3, (k, 2))
+        boxes.append(np.concatenate([lt, np.minimum(lt + wh, 1.0)], 1).astype(np.float32))
+        labels.append(rng.integers(1, 80, (k, 1)).astype(np.int32))
+    return (lambda info: boxes[info.idx_in_epoch % count]), (lambda info: labels[info.idx_in_epoch % count])
+
+
+def _anchors() -> list:
+    """SSD-like default boxes on 10x10 and 5x5 grids, two shapes each (250 anchors, ltrb)."""
+    out = []
+    for cells in (10, 5):
+        for i in range(cells):
+            for j in range(cells):
+                cx, cy = (j + 0.5) / cells, (i + 0.5) / cells
+                for w, h in ((1.5 / cells, 1.5 / cells), (2.0 / cells, 1.0 / cells)):
+                    out += [max(cx - w / 2, 0.0), max(cy - h / 2, 0.0), min(cx + w / 2, 1.0), min(cy + h / 2, 1.0)]
+    return out
+
+
+def ssd_style(fn, types, root: str):
+    """SSD training: random_bbox_crop, decode of the crop, flip of image and boxes, resize 300,
+    colour jitter, crop_mirror_normalize, box_encoder (boxes from an external source)."""
+    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    boxes_of, labels_of = _boxes_source()
+    boxes = fn.external_source(source=boxes_of, batch=False)
+    labels = fn.external_source(source=labels_of, batch=False)
+    anchor, shape, boxes, labels = fn.random_bbox_crop(
+        boxes, labels, aspect_ratio=[0.5, 2.0], thresholds=[0.0, 0.1, 0.3, 0.5, 0.7, 0.9], scaling=[0.3, 1.0],
+        bbox_layout="xyXY", allow_no_crop=True, num_attempts=50)
+    images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed", output_type=types.RGB)
+    flip = fn.random.coin_flip(probability=0.5)
+    boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip)
+    images = fn.resize(images, resize_x=300, resize_y=300)
+    images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=(0.875, 1.125)),
+                                    contrast=fn.random.uniform(range=(0.5, 1.5)))
+    images = fn.hsv(images, hue=fn.random.uniform(range=(-18.0, 18.0)), saturation=fn.random.uniform(range=(0.5, 1.5)))
+    images = fn.crop_mirror_normalize(images, crop=(300, 300), mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                      std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=flip,
+                                      dtype=types.FLOAT, output_layout="CHW")
+    boxes, labels = fn.box_encoder(boxes, labels, criteria=0.5, anchors=_anchors())
+    return images, boxes, labels
+
+
+def segmentation_style(fn, types, root: str):
+    """An image and its mask (here the image's grey level, quantised) through the same random
+    rotation matrix (warp_affine: linear for the image, nearest for the mask) and the same flip."""
+    x, labels = decode_resize(fn, types, root)
+    mask = fn.color_space_conversion(x, image_type=types.RGB, output_type=types.GRAY) // 64
+    m = fn.transforms.rotation(angle=fn.random.uniform(range=(-15.0, 15.0)), center=(128.0, 128.0))
+    x = fn.warp_affine(x, matrix=m, fill_value=0, inverse_map=False)
+    mask = fn.warp_affine(mask, matrix=m, fill_value=0, inverse_map=False, interp_type=types.INTERP_NN)
+    flip = fn.random.coin_flip()
+    x = fn.flip(x, horizontal=flip)
+    mask = fn.flip(mask, horizontal=flip)
+    x = fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW")
+    return x, fn.crop(mask, crop=(224, 224))
+
+
+PIPELINES = {"augmented": augmented_classification, "detection": detection_style, "ssd": ssd_style,
+             "segmentation": segmentation_style,
              "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
 CONDITIONAL = {"rand_augment", "trivial_augment"}
