@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("root")
     ap.add_argument("--libs", default="stoker,dali")
     ap.add_argument("--ops", default="all")
-    ap.add_argument("--pipelines", default="augmented,detection,ssd,segmentation,rand_augment,trivial_augment")
+    ap.add_argument("--pipelines", default="train,val,augmented,detection,ssd,segmentation,rand_augment,trivial_augment")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)

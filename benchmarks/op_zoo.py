@@ -85,6 +85,29 @@ def decode_resize(fn, types, root: str, shuffle: bool = True):
     return fn.resize(images, resize_x=256, resize_y=256), labels
 
 
+_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+def standard_train(fn, types, root: str):
+    """The standard training pipeline (shared/bench/gpu_bench.py's): random-crop decode, resize 224,
+    crop_mirror_normalize with a random mirror."""
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    x = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+    x = fn.resize(x, resize_x=224, resize_y=224)
+    return fn.crop_mirror_normalize(x, dtype=types.FLOAT, output_layout="CHW", mean=_MEAN, std=_STD,
+                                    mirror=fn.random.coin_flip()), labels
+
+
+def standard_val(fn, types, root: str):
+    """The standard validation pipeline: decode, resize shorter 256, crop_mirror_normalize 224."""
+    jpegs, labels = fn.readers.file(file_root=root, name="r")
+    x = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+    x = fn.resize(x, resize_shorter=256)
+    return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW", mean=_MEAN,
+                                    std=_STD), labels
+
+
 def augmented_classification(fn, types, root: str):
     """Classification training with the usual augmentations (issue 16's whole pipeline)."""
     x, labels = decode_resize(fn, types, root)
@@ -199,7 +222,7 @@ def segmentation_style(fn, types, root: str):
     return x, fn.crop(mask, crop=(224, 224))
 
 
-PIPELINES = {"augmented": augmented_classification, "detection": detection_style, "ssd": ssd_style,
+PIPELINES = {"train": standard_train, "val": standard_val, "augmented": augmented_classification, "detection": detection_style, "ssd": ssd_style,
              "segmentation": segmentation_style,
              "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
