@@ -125,19 +125,19 @@ def _table(rows: list, batch: int) -> str:
 
 
 def main() -> None:
+    sys.path.insert(0, HERE)
+    import op_zoo
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root")
     ap.add_argument("--libs", default="stoker,dali")
     ap.add_argument("--ops", default="all")
-    ap.add_argument("--pipelines", default="train,val,augmented,detection,ssd,segmentation,rand_augment,trivial_augment")
+    ap.add_argument("--pipelines", default=",".join(op_zoo.PIPELINES))
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
-    sys.path.insert(0, HERE)
-    import op_zoo
-
     ops = list(op_zoo.OPS) if a.ops == "all" else [o for o in a.ops.split(",") if o]
     cases = ["baseline", *ops] + [f"pipeline:{p}" for p in a.pipelines.split(",") if p]
     rows = []

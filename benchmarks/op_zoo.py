@@ -222,7 +222,8 @@ def segmentation_style(fn, types, root: str):
     return x, fn.crop(mask, crop=(224, 224))
 
 
-PIPELINES = {"train": standard_train, "val": standard_val, "augmented": augmented_classification, "detection": detection_style, "ssd": ssd_style,
+PIPELINES = {"train": standard_train, "val": standard_val, "augmented": augmented_classification,
+             "detection": detection_style, "ssd": ssd_style,
              "segmentation": segmentation_style,
              "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
