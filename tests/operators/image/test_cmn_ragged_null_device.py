@@ -26,9 +26,9 @@ def test_ragged_batch_without_crop_keeps_each_sample_size():
         outs = {}
         for gpu in (True, False):
             @pipeline_def(batch_size=3, num_threads=1, device_id=0, seed=1)
-            def pipe():
+            def pipe(on_gpu=gpu):
                 x = fn.external_source(source=[images], cycle=True, layout="HWC")
-                return build(x.gpu() if gpu else x)
+                return build(x.gpu() if on_gpu else x)
 
             p = pipe()
             p.build()
