@@ -21,6 +21,61 @@ _VALUES = np.arange(256, dtype=np.float32)
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601 weights, as PIL's grey level
 
 
+# --- the tables, as pure functions of the statistics they need (shared with the GPU path, whose
+# kernels (kernels/auto_aug.cu) compute the same numbers from per-channel histograms) -----------
+
+def contrast_table(sums, pixels: int, factor) -> np.ndarray:
+    """contrast's (256,) uint8 table for a frame of ``pixels`` pixels whose 3 channels sum to
+    ``sums``: as reductions.mean (exact sum, float64 division, float32 result) and reductions.sum
+    of the float32 luma-weighted means (in float64), then center + (x - center) * factor in
+    float32, cast as ``convert`` casts."""
+    means = (np.asarray(sums, np.float64) / pixels).astype(np.float32)
+    center = np.float32((means * _LUMA).astype(np.float64).sum())
+    return convert(center + (_VALUES - center) * np.float32(factor), np.uint8)
+
+
+def auto_contrast_table(lo, hi) -> np.ndarray:
+    """auto_contrast's (256, channels) uint8 table from each channel's smallest and largest value
+    (uint8 arrays): (x - lo) (wrapping in uint8) * (255 / (hi - lo)) in float32 where hi > lo,
+    x * 1 where the channel is flat."""
+    lo, hi = np.asarray(lo, np.uint8), np.asarray(hi, np.uint8)
+    spread = (hi - lo).astype(np.float32)
+    scale = np.where(spread > 0, np.float32(255) / np.where(spread > 0, spread, 1), np.float32(1))
+    shifted = (np.arange(256)[:, None] - np.where(spread > 0, lo, 0)[None, :]).astype(np.uint8)
+    return convert(shifted.astype(np.float32) * scale.astype(np.float32)[None, :], np.uint8)
+
+
+def equalize_table(hist) -> np.ndarray:
+    """What OpenCV's equalizeHist maps each value to, from a channel's (256,) histogram (not empty):
+    i0 the first nonzero bin; a channel of one value keeps it; else scale = 255.f / (pixels -
+    hist[i0]) and v > i0 maps to saturate(rint((float)(hist[i0 + 1] + ... + hist[v]) * scale)),
+    v <= i0 to 0 (values below i0 do not occur). The CPU operator calls cv2.equalizeHist itself;
+    this is the GPU tables' reference."""
+    hist = np.asarray(hist, np.int64).reshape(256)
+    i0 = int(np.flatnonzero(hist)[0])
+    total = int(hist.sum())
+    if hist[i0] == total:
+        return np.full(256, i0, np.uint8)
+    scale = np.float32(255) / np.float32(total - hist[i0])
+    # the counts as float32: exact below 2**24, beyond rounded to nearest as C's int -> float is
+    above = (np.cumsum(hist) - hist[i0]).astype(np.float32)
+    table = np.clip(np.rint(above * scale), 0, 255).astype(np.uint8)
+    table[:i0 + 1] = 0
+    return table
+
+
+def solarize_table(threshold) -> np.ndarray:
+    """solarize's (256,) uint8 table: x where x < threshold (compared as NumPy compares float32
+    values with the threshold's type), else 255 - x."""
+    return np.where(_VALUES < np.asarray(threshold).reshape(()), _VALUES, 255 - _VALUES).astype(np.uint8)
+
+
+def solarize_add_table(shift) -> np.ndarray:
+    """solarize_add's (256,) uint8 table: x + shift (as uint8, wrapping) where x < 128, else x."""
+    v = np.arange(256, dtype=np.uint8)
+    return np.where(v < 128, v + np.asarray(shift).astype(np.uint8).reshape(()), v).astype(np.uint8)
+
+
 def _frames(img: np.ndarray, name: str) -> list[np.ndarray]:
     """HWC (or HW) images as one frame, FHWC videos as their frames."""
     if img.dtype != np.uint8:
@@ -85,7 +140,8 @@ def _lut(frame: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def _map_frames(img: np.ndarray, name: str, make_table) -> np.ndarray:
-    out = [_lut(f, make_table(f)) for f in _frames(img, name)]
+    # (cv2.LUT drops the channel axis of one-channel HWC frames: the frame's shape is kept)
+    out = [_lut(f, make_table(f)).reshape(f.shape) for f in _frames(img, name)]
     return out[0] if img.ndim in (2, 3) else np.stack(out)
 
 
@@ -109,12 +165,8 @@ class Contrast(_Pointwise):
         def table(frame):
             if frame.ndim != 3 or frame.shape[-1] != 3:
                 raise ValueError(f"contrast: expected RGB frames (HWC with 3 channels), got shape {frame.shape}")
-            # as reductions.mean (exact sum, float64 division, float32 result) and reductions.sum;
             # OpenCV sums uint8 in float64, exact below 2**53
-            sums = np.array(cv2.sumElems(frame)[:3], np.float64)
-            means = (sums / (frame.size // 3)).astype(np.float32)
-            center = np.float32((means * _LUMA).astype(np.float64).sum())
-            return convert(center + (_VALUES - center) * factor, np.uint8)
+            return contrast_table(cv2.sumElems(frame)[:3], frame.size // 3, factor)
 
         return _map_frames(img, "contrast", table)
 
@@ -136,10 +188,7 @@ class AutoContrast(_Pointwise):
             else:
                 flat = frame.reshape(-1, frame.shape[-1]) if frame.ndim == 3 else frame.reshape(-1, 1)
                 lo, hi = flat.min(axis=0), flat.max(axis=0)
-            spread = (hi - lo).astype(np.float32)
-            scale = np.where(spread > 0, np.float32(255) / np.where(spread > 0, spread, 1), np.float32(1))
-            shifted = (np.arange(256)[:, None] - np.where(spread > 0, lo, 0)[None, :]).astype(np.uint8)
-            return convert(shifted.astype(np.float32) * scale.astype(np.float32)[None, :], np.uint8)
+            return auto_contrast_table(lo, hi)
 
         return _map_frames(img, "auto_contrast", table)
 
@@ -153,7 +202,7 @@ class Solarize(_Pointwise):
 
     def run_sample(self, inputs, args, ctx):
         img, threshold = inputs
-        table = np.where(_VALUES < np.asarray(threshold).reshape(()), _VALUES, 255 - _VALUES).astype(np.uint8)
+        table = solarize_table(threshold)
         return _map_frames(img, "solarize", lambda f: table)
 
 
@@ -166,14 +215,13 @@ class SolarizeAdd(_Pointwise):
 
     def run_sample(self, inputs, args, ctx):
         img, shift = inputs
-        v = np.arange(256, dtype=np.uint8)
-        table = np.where(v < 128, v + np.asarray(shift).astype(np.uint8).reshape(()), v).astype(np.uint8)
+        table = solarize_add_table(shift)
         return _map_frames(img, "solarize_add", lambda f: table)
 
 
 def _gpu_placements() -> None:
-    """These operators take GPU batches through the host path (``gpu_registry.HOST_FALLBACK_ON_GPU``);
-    the registry adds that placement to operators registered so far, so it is asked again here."""
+    """These operators take GPU batches (their kernels: ``stoker.auto_aug.gpu_ops``); the registry
+    adds that placement to operators registered so far, so it is asked again here."""
     from stoker.operators import gpu_registry
 
     gpu_registry.load_gpu_impls()

@@ -51,6 +51,8 @@ GPU_MODULES = (
     "stoker.operators.filters.gpu_noise",  # (gaussian, salt_and_pepper: H100, 2026-11-25, session 10)
     # per-sample if on GPU batches (session 11; before it such a pipeline was refused at build)
     "stoker.operators.tensor.gpu_conditional",
+    # auto_aug's own steps: filter, equalize, contrast, auto_contrast, solarize(_add)
+    "stoker.auto_aug.gpu_ops",
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
@@ -70,9 +72,6 @@ HOST_FALLBACK_ON_GPU = (
     "element_extract", "coord_flip", "bb_flip", "cast_like", "reductions.max", "reductions.mean",
     "reductions.mean_square", "reductions.min", "reductions.rms", "reductions.std_dev", "reductions.sum",
     "reductions.variance",
-    # auto_aug's own pointwise and filter steps (stoker.auto_aug._ops)
-    "_auto_aug.filter", "_auto_aug.equalize", "_auto_aug.contrast", "_auto_aug.auto_contrast",
-    "_auto_aug.solarize", "_auto_aug.solarize_add",
 )
 
 _loaded = False
