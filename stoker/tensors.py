@@ -215,6 +215,17 @@ class TensorListCPU(SampleList):
     __str__ = __repr__
 
 
+def batch_of_arrays(samples: list, layout: str = "", source_info=None) -> TensorListCPU:
+    """A ``TensorListCPU`` of ``samples``, NumPy arrays of one dtype and dimensionality already
+    (the samples of other batches: a split or merge of them), made without converting or checking
+    each one."""
+    out = TensorListCPU.__new__(TensorListCPU)
+    out._samples = samples
+    out._layout = layout or ""
+    out._source_info = list(source_info) if source_info is not None else [""] * len(samples)
+    return out
+
+
 def batch_of_rows(values: np.ndarray, layout: str = "") -> TensorListCPU:
     """A ``TensorListCPU`` whose sample ``i`` is ``values[i, ...]`` (a view), made without
     per-sample conversion; ``values`` is kept as the batch's dense form, so a copy to the GPU

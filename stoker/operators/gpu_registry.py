@@ -146,6 +146,12 @@ def host_fallback(op, batch, inputs, arg_inputs) -> list:
     from stoker.operators.transfer import upload_batch
     from stoker.tensors_gpu import TensorListGPU
 
+    gpu_inputs = [x for x in inputs if isinstance(x, TensorListGPU)]
+    if gpu_inputs and all(len(x) == 0 for x in gpu_inputs):
+        # An empty batch (a per-sample if's branch no sample took): nothing to copy or wait for;
+        # the CPU operator still gives the outputs' types and layouts.
+        outs = op.run_cpu(batch, [x.as_cpu() if isinstance(x, TensorListGPU) else x for x in inputs], arg_inputs)
+        return [upload_batch(o, batch) for o in outs]
     if FALLBACKS[op.schema.name] == 0:
         import logging
 

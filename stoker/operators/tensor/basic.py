@@ -9,7 +9,7 @@ from stoker import types
 from stoker.errors import PipelineBuildError, arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.tensors import TensorListCPU
+from stoker.tensors import TensorListCPU, batch_of_rows
 
 
 @register
@@ -191,7 +191,25 @@ class Subscript(Operator):
     schema = Schema(name="_subscript", doc="Tensor indexing and slicing.", args=[Arg("spec", "any", ())],
                     devices=("cpu", "gpu"), allow_unknown_args=True)
 
-    def run_sample(self, inputs, args, ctx):
+    def run_cpu(self, batch, inputs, arg_inputs):
+        # Static indices into small samples of one shape (shapes, magnitudes): the whole batch in
+        # one NumPy step (the batch axis first), not one Python call per sample.
+        from stoker.operators.math.arithmetic import _stacked_small
+
+        stacked = None if arg_inputs or batch.fuse_probe is not None else _stacked_small(inputs[:1])
+        if stacked is not None:
+            try:
+                out = np.ascontiguousarray(stacked[0][(slice(None), *self._key({}))])
+            except IndexError:
+                out = None  # the per-sample path names the sample
+            if out is not None:
+                result = batch_of_rows(out, self.output_layouts([inputs[0].layout()])[0])
+                result._source_info = list(inputs[0].source_info())
+                return [result]
+        return super().run_cpu(batch, inputs, arg_inputs)
+
+    def _key(self, args) -> list:
+        """The index of one sample: the spec with its per-sample parts taken from ``args``."""
         key = []
         for item in self.args["spec"]:
             kind = item[0]
@@ -205,6 +223,10 @@ class Subscript(Operator):
             else:
                 parts = [args[p] if isinstance(p, str) else p for p in item[1:]]
                 key.append(slice(*[None if p is None else int(p) for p in parts]))
+        return key
+
+    def run_sample(self, inputs, args, ctx):
+        key = self._key(args)
         try:
             out = inputs[0][tuple(key)]
             if np.ndim(out) == 0:  # a full index gives a 0-d sample, as in DALI

@@ -15,7 +15,7 @@ import numpy as np
 from stoker.errors import OperatorError
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import TensorListCPU
+from stoker.tensors import TensorListCPU, batch_of_arrays
 
 _WHAT = Arg("what", "str", "", doc="(internal) the user's statement and line, for error messages")
 
@@ -68,7 +68,7 @@ class Split(Operator):
         mask = predicate_mask(pred, self.args["what"], self.instance_name, self.origin)
         keep = [i for i, m in enumerate(mask) if m == self.args["branch"]]
         samples, sources = data.samples(), data.source_info()
-        return [TensorListCPU([samples[i] for i in keep], data.layout(), [sources[i] for i in keep])]
+        return [batch_of_arrays([samples[i] for i in keep], data.layout(), [sources[i] for i in keep])]
 
 
 @register
@@ -100,7 +100,7 @@ class Merge(Operator):
             samples.append(next(t) if m else next(f))
             sources.append(next(ts) if m else next(fs))
         layout = on_true.layout() if len(on_true) else on_false.layout()
-        return [TensorListCPU(samples, layout or on_true.layout() or on_false.layout(), sources)]
+        return [batch_of_arrays(samples, layout or on_true.layout() or on_false.layout(), sources)]
 
     def _check_alike(self, a: TensorListCPU, b: TensorListCPU) -> None:
         """Both branches must give the same element type, dimensionality and layout (as DALI)."""
