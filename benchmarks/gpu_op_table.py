@@ -7,8 +7,8 @@ Operator table: reader -> mixed decode with random crop -> resize 256x256 -> the
 (``benchmarks/op_zoo.py``, random arguments as a user writes them) -> crop 224, one pipeline per
 process, libraries interleaved for each operator. The baseline has no operator; an operator's
 added cost is ``batch / img_s - batch / baseline img_s`` in ms per batch. For stoker, the host
-time each GPU-stage operator takes (the launch thread's wall time in ``run_gpu``, which shares the
-GIL with the CPU stage) is reported as ``host_ms``. Pipelines: the zoo's whole pipelines.
+time each operator takes (wall time in ``run_gpu`` / ``run_cpu``; the stages share one GIL) is
+reported as ``host_ms``. Pipelines: the zoo's whole pipelines.
 Each child prints one JSON line; the parent prints them and a Markdown table at the end.
 """
 
@@ -38,20 +38,25 @@ def _modules(lib: str):
 
 
 def _instrument(timers: collections.Counter) -> None:
-    """stoker only: host wall time of each GPU-stage operator run, by operator name."""
+    """stoker only: host wall time of each operator run, by operator name ("cpu:" for the CPU
+    stage's, whose fused per-sample chains count as "cpu:fused"), and of the GPU nodes' host
+    halves prepared in the CPU stage ("prepare:")."""
     from stoker.pipeline import executor as ex
+    from stoker.pipeline import fusion
 
-    orig = ex.Executor._run_node
+    def timed(fn, key_of):
+        def wrapper(*a):
+            t = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                timers[key_of(*a)] += time.perf_counter() - t
+        return wrapper
 
-    def run_node(self, node, it, gpu):
-        t = time.perf_counter()
-        try:
-            orig(self, node, it, gpu)
-        finally:
-            if gpu:
-                timers[node.op_name] += time.perf_counter() - t
-
-    ex.Executor._run_node = run_node
+    ex.Executor._run_node = timed(ex.Executor._run_node,
+                                  lambda self, node, it, gpu: node.op_name if gpu else "cpu:" + node.op_name)
+    ex.Executor._prepare_gpu_nodes = timed(ex.Executor._prepare_gpu_nodes, lambda self, it: "prepare:gpu nodes")
+    fusion.run_fused = timed(fusion.run_fused, lambda ex_, step, it: "cpu:fused")
 
 
 def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: int) -> dict:

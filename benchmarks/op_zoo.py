@@ -211,7 +211,8 @@ def segmentation_style(fn, types, root: str):
     """An image and its mask (here the image's grey level, quantised) through the same random
     rotation matrix (warp_affine: linear for the image, nearest for the mask) and the same flip."""
     x, labels = decode_resize(fn, types, root)
-    mask = fn.color_space_conversion(x, image_type=types.RGB, output_type=types.GRAY) // 64
+    mask = fn.cast(fn.color_space_conversion(x, image_type=types.RGB, output_type=types.GRAY) // 64,
+                   dtype=types.UINT8)  # (// of uint8 by a Python int gives int32, as in DALI)
     m = fn.transforms.rotation(angle=fn.random.uniform(range=(-15.0, 15.0)), center=(128.0, 128.0))
     x = fn.warp_affine(x, matrix=m, fill_value=0, inverse_map=False)
     mask = fn.warp_affine(mask, matrix=m, fill_value=0, inverse_map=False, interp_type=types.INTERP_NN)

@@ -260,7 +260,21 @@ class ImageDecoderSlice(_ImageDecoderBase):
                 raise arg_error(name, "axis_names" if a.get("axis_names") else "axes", str(e)) from None
         self.named = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
 
+    # The anchor and shape inputs as the mixed decoder hands them to the per-sample rules: as
+    # per-sample arguments under these names (its host half takes one input, the encoded data).
+    ANCHOR_INPUT, SHAPE_INPUT = "_anchor_input", "_shape_input"
+
     def run_sample(self, inputs, args, ctx):
+        if len(inputs) not in (1, 3):
+            raise self.error("expected 1 input (with named slice arguments) or 3 (data, anchor, shape), "
+                             f"got {len(inputs)}")
+        anchor, shape = (inputs[1], inputs[2]) if len(inputs) == 3 else \
+            (args.get(self.ANCHOR_INPUT), args.get(self.SHAPE_INPUT))
+        return self.decode(inputs[0], args, roi_fn=self.window_rule(args, anchor, shape))
+
+    def window_rule(self, args, anchor=None, shape=None):
+        """``(h, w) -> (y0, x0, height, width)``: one sample's window from its anchor and shape
+        inputs (when given) or the named slice arguments."""
         named = {k: args.get(k) for k in self.named if args.get(k) is not None}
         axes = self.axes
         if axes is None:
@@ -268,11 +282,10 @@ class ImageDecoderSlice(_ImageDecoderBase):
                 axes = roi_mod.slice_axes(np.asarray(args["axes"]).reshape(-1).tolist(), None)
             except ValueError as e:
                 raise self.error(f"argument 'axes': {e}") from None
-        if len(inputs) == 3:
+        if anchor is not None:
             if named:
                 raise self.error("named slice arguments (start, end, shape ...) cannot be combined with "
                                  "the anchor and shape inputs")
-            anchor, shape = inputs[1], inputs[2]
 
             def window(h, w):
                 try:
@@ -281,20 +294,16 @@ class ImageDecoderSlice(_ImageDecoderBase):
                                                            bool(self.args["normalized_shape"]))
                 except ValueError as e:
                     raise ImageDecodeError(str(e)) from None
-        elif len(inputs) == 1:
-            if not named:
-                raise self.error("give the slice as (data, anchor, shape) inputs or with start/end/shape "
-                                 "arguments")
+            return window
+        if not named:
+            raise self.error("give the slice as (data, anchor, shape) inputs or with start/end/shape arguments")
 
-            def window(h, w):
-                try:
-                    return roi_mod.slice_window(h, w, axes, **named)
-                except ValueError as e:
-                    raise ImageDecodeError(str(e)) from None
-        else:
-            raise self.error("expected 1 input (with named slice arguments) or 3 (data, anchor, shape), "
-                             f"got {len(inputs)}")
-        return self.decode(inputs[0], args, roi_fn=window)
+        def window(h, w):
+            try:
+                return roi_mod.slice_window(h, w, axes, **named)
+            except ValueError as e:
+                raise ImageDecodeError(str(e)) from None
+        return window
 
 
 @register

@@ -323,7 +323,8 @@ def _window(op, kind, args, i, batch, h, w):
         py, px = float(_first(args.get("crop_pos_y"), 0.5)), float(_first(args.get("crop_pos_x"), 0.5))
         # the CPU decoder's anchor rule, so both devices cut the same window
         return crop_anchor(h, ch, py), crop_anchor(w, cw, px), ch, cw
-    # image_slice: anchor and shape as further inputs are not supported on this path yet.
+    if kind == "image_slice":  # (its anchor and shape inputs arrive as arguments, see _impl)
+        return op.window_rule(args, args.get(op.ANCHOR_INPUT), args.get(op.SHAPE_INPUT))(h, w)
     raise NotImplementedError(f"decoders.{kind} with device='mixed' is not implemented yet")
 
 
@@ -534,18 +535,26 @@ def _wrap_image(cp, img, device_id: int):
     return cp.ndarray(shape, np.dtype(cai["typestr"]), cp.cuda.MemoryPointer(mem, 0), strides=strides)
 
 
+def _slice_inputs(op, kind, inputs, arg_inputs):
+    """image_slice's anchor and shape inputs moved into the per-sample arguments, so that every
+    step of the mixed decode (windows, host decodes) sees one input, the encoded data."""
+    if kind != "image_slice" or len(inputs) != 3:
+        return inputs, arg_inputs
+    return inputs[:1], {**arg_inputs, op.ANCHOR_INPUT: inputs[1].samples(), op.SHAPE_INPUT: inputs[2].samples()}
+
+
 def _impl(kind):
     def run(op, batch, inputs, arg_inputs):
-        return mixed_decode(op, kind, batch, inputs, arg_inputs)
+        return mixed_decode(op, kind, batch, *_slice_inputs(op, kind, inputs, arg_inputs))
 
     def prep(op, batch, inputs, arg_inputs):
-        return prepare(op, kind, batch, inputs, arg_inputs)
+        return prepare(op, kind, batch, *_slice_inputs(op, kind, inputs, arg_inputs))
 
     run.__name__ = f"mixed_{kind}"
     run.__doc__ = f"``fn.decoders.{kind}(device='mixed')``: nvImageCodec plus CPU threads."
     return run, prep
 
 
-for _kind in ("image", "image_random_crop", "image_crop"):
+for _kind in ("image", "image_random_crop", "image_crop", "image_slice"):
     _run, _prep = _impl(_kind)
     register_gpu(f"decoders.{_kind}", devices=("mixed",), prepare=_prep)(_run)
