@@ -45,12 +45,12 @@ def _instrument(timers: collections.Counter) -> None:
     from stoker.pipeline import fusion
 
     def timed(fn, key_of):
-        def wrapper(*a):
+        def wrapper(*a, **kw):
             t = time.perf_counter()
             try:
-                return fn(*a)
+                return fn(*a, **kw)
             finally:
-                timers[key_of(*a)] += time.perf_counter() - t
+                timers[key_of(*a, **kw)] += time.perf_counter() - t
         return wrapper
 
     ex.Executor._run_node = timed(ex.Executor._run_node,

@@ -196,10 +196,11 @@ class Subscript(Operator):
         # one NumPy step (the batch axis first), not one Python call per sample.
         from stoker.operators.math.arithmetic import _stacked_small
 
-        stacked = None if arg_inputs or batch.fuse_probe is not None else _stacked_small(inputs[:1])
-        if stacked is not None:
+        stacked = None if batch.fuse_probe is not None else _stacked_small(inputs[:1])
+        key = None if stacked is None else self._batch_key(arg_inputs, len(inputs[0]))
+        if key is not None:
             try:
-                out = np.ascontiguousarray(stacked[0][(slice(None), *self._key({}))])
+                out = np.ascontiguousarray(stacked[0][key])
             except IndexError:
                 out = None  # the per-sample path names the sample
             if out is not None:
@@ -207,6 +208,29 @@ class Subscript(Operator):
                 result._source_info = list(inputs[0].source_info())
                 return [result]
         return super().run_cpu(batch, inputs, arg_inputs)
+
+    def _batch_key(self, arg_inputs: dict, n: int):
+        """The index of the whole ``(N, ...)`` batch, or None where only the per-sample path
+        can say: static indices and slices behind the batch axis, or only indices (static or per
+        sample, e.g. a random sign picking a row of a table) as integer arrays."""
+        if not arg_inputs:
+            return (slice(None), *self._key({}))
+        spec = self.args["spec"]
+        if any(item[0] != "index" for item in spec):
+            return None
+        key = [np.arange(n)]
+        for item in spec:
+            if not isinstance(item[1], str):
+                key.append(int(item[1]))
+                continue
+            vals = np.asarray(arg_inputs[item[1]])
+            if vals.dtype.kind not in "biuf" or vals.size != n:
+                return None
+            vals = vals.reshape(n)
+            if vals.dtype.kind == "f" and not np.isfinite(vals).all():
+                return None
+            key.append(vals.astype(np.int64))  # int(): towards zero, as the per-sample path
+        return tuple(key)
 
     def _key(self, args) -> list:
         """The index of one sample: the spec with its per-sample parts taken from ``args``."""
