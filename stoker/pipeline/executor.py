@@ -52,7 +52,7 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     """Worker processes for fused CPU chains (stoker.pipeline.chain_processes):
     ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``min(num_threads, cpus) - 1`` for
     pipelines of 8 or more threads on Linux machines of 8 or more cores, else none; ``cpus``
-    defaults to the cores this process may use). Measured on a 16-core host (benchmarks/RESULTS.md):
+    defaults to the cores this process may use). Measured on a 16-core host (benchmarks/results_log.md):
     the CPU training pipeline went from 906 to 3,324 img/s with 15 workers, validation from 781
     to 2,368; at 2 threads (2 cores) in-process and workers were level."""
     value = os.environ.get("STOKER_CPU_PROCESSES", "auto").strip().lower()

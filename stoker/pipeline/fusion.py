@@ -7,7 +7,7 @@ the other threads idle) and its per-batch Python (argument gathering, building t
 serialize the pool. Fused, sample i goes decode -> resize -> crop_mirror_normalize inside one
 task, so the threads only meet once per chain. On the 2-core box this raised the busy cores of the
 training pipeline from 1.60-1.69 to 1.68-1.78, but images/s stayed level within noise there (each
-operator got slower by about as much with both vCPUs busy; see benchmarks/RESULTS.md). With more
+operator got slower by about as much with both vCPUs busy; see benchmarks/results_log.md). With more
 threads each barrier idles more of them. ``STOKER_FUSE=0`` turns it off (the executor then runs
 every node on its own), for comparison or should a fused chain ever misbehave.
 

@@ -278,7 +278,7 @@ class Pipeline:
                 # done by the CPU stage and gpu_size by the GPU stage (the executor holds the GPU
                 # stage there), so the CPU stage (and the mixed decoders' helper processes and
                 # engine calls) work up to cpu_size batches ahead of the GPU stage.
-                # STOKER_STAGE_QUEUES=0: one queue of cpu_size, as before (benchmarks/RESULTS.md).
+                # STOKER_STAGE_QUEUES=0: one queue of cpu_size, as before (benchmarks/results_log.md).
                 depth += self._gpu_queue
             for k in range(depth):
                 if not self._schedule_one():

@@ -121,7 +121,7 @@ class _State:
         self.closing = False
         # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
-        # doubled the training pipeline on an H100 (benchmarks/RESULTS.md).
+        # doubled the training pipeline on an H100 (benchmarks/results_log.md).
         self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
         # JPEGs the engines cannot take (progressive, arithmetic-coded) and any CPU share decode in helper
         # processes (_decode_worker) rather than on the pipeline's pool, which holds the GIL the
@@ -199,12 +199,12 @@ class _State:
 
                     logging.getLogger("stoker").warning(
                         "STOKER_NVJPEG_LANES=%d is experimental: a pipeline once stopped with two engine calls "
-                        "in flight (benchmarks/RESULTS.md, session 6)", lanes)
+                        "in flight (benchmarks/results_log.md, session 6)", lanes)
                 # STOKER_NVJPEG_STREAM=own: a single lane calls on a stream of its own too, ordered
                 # after the buffer's allocation by an event. Not the default: with the session-9
                 # code (H100, 2026-11-25, interleaved) it was slower in training (17.4k/15.6k
                 # against 17.6k/16.3k img/s) and validation (15.1k/14.8k against 15.7k/15.6k);
-                # an earlier pair had favoured it (benchmarks/RESULTS.md, session 9).
+                # an earlier pair had favoured it (benchmarks/results_log.md, session 9).
                 own = os.environ.get("STOKER_NVJPEG_STREAM", "pipeline").strip().lower()
                 if own not in ("own", "pipeline"):
                     raise ValueError(f"STOKER_NVJPEG_STREAM must be 'own' or 'pipeline', not {own!r}")
