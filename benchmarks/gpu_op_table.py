@@ -108,11 +108,13 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
 def _table(rows: list, batch: int) -> str:
     libs = sorted({r["lib"] for r in rows}, key=lambda s: s != "stoker")
     by = collections.defaultdict(list)
+    mem = {}
     for r in rows:
         if "img_s" in r:
             by[(r["case"], r["lib"])].append(r["img_s"])
+            mem[(r["case"], r["lib"])] = r.get("gpu_mem_mib")
     best = {k: max(v) for k, v in by.items()}
-    head = "| case | " + " | ".join(f"{lib} img/s | {lib} added ms" for lib in libs)
+    head = "| case | " + " | ".join(f"{lib} img/s | {lib} added ms | {lib} MiB" for lib in libs)
     head += " | stoker / dali |" if len(libs) > 1 else " |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for case in dict.fromkeys(r["case"] for r in rows):
@@ -121,7 +123,7 @@ def _table(rows: list, batch: int) -> str:
             v, base = best.get((case, lib)), best.get(("baseline", lib))
             added = "" if v is None or base is None or case.startswith("pipeline:") else \
                 f"{batch * 1e3 / v - batch * 1e3 / base:+.2f}"
-            cells += [f"{v:,}" if v else "error", added]
+            cells += [f"{v:,}" if v else "error", added, str(mem.get((case, lib), ""))]
         ratio = ""
         if len(libs) > 1 and best.get((case, libs[0])) and best.get((case, libs[1])):
             ratio = f" {best[(case, libs[0])] / best[(case, libs[1])]:.2f}x |"
