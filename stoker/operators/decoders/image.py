@@ -72,10 +72,6 @@ class _ImageDecoderBase(Operator):
             raise arg_error(self.schema.name, "max_pixels", f"must be >= 0 (0: no limit), got {max_pixels}")
         self.max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
         self._max_pixels_given = max_pixels is not None
-        if self.device == "mixed":  # nvImageCodec's slow import, beside the rest of the build
-            from stoker.operators.decoders.mixed import prefetch_imports
-
-            prefetch_imports()
 
     def bind_pipeline(self, pipe) -> None:
         """Take the pipeline's max_pixels when the decoder was not given its own."""

@@ -59,30 +59,6 @@ def _nv():
     return nvimgcodec
 
 
-_prefetch_lock = threading.Lock()
-_prefetched = False
-
-
-def prefetch_imports() -> None:
-    """Import nvImageCodec on a thread of its own, once per process: the import takes about a
-    second (H100 host) and the first mixed decode used to wait for all of it; started when a
-    mixed decoder is built, it runs beside the rest of the pipeline's start. A later ``_nv()``
-    waits on the import lock only for what is left of it."""
-    global _prefetched
-    with _prefetch_lock:
-        if _prefetched:
-            return
-        _prefetched = True
-
-    def load():
-        try:
-            _nv()
-        except Exception:  # noqa: BLE001 - the first decode reports a missing nvImageCodec itself
-            pass
-
-    threading.Thread(target=load, name="stoker-import-nvimgcodec", daemon=True).start()
-
-
 def _pair(v, default):
     if v is None:
         return default
