@@ -415,3 +415,39 @@ def installed():
         cuda._module_cache.update(state[2])
         transfer._rings.update(state[3])
         transfer._arenas.update(state[4])
+
+
+# --- helpers for tests of GPU planning ------------------------------------------------------------
+
+@contextlib.contextmanager
+def recording_uploads(monkeypatch, modules):
+    """The null device installed, with ``upload_table`` of each of ``modules`` replaced by a
+    recorder: yields the list of host tables uploaded, in order."""
+    got = []
+
+    def record(table, batch):
+        got.append(np.array(table))
+        return table
+
+    with installed():
+        for mod in modules:
+            monkeypatch.setattr(mod, "upload_table", record)
+        yield got
+
+
+def device_batch(images, layout: str = "HWC", dense: bool = False):
+    """``(TensorListGPU, BatchContext)`` of host ``images`` on the null device: ragged in one flat
+    buffer (a decoder's form), or one dense array; sources ``img{i}.jpg``."""
+    from stoker.backend import cuda
+    from stoker.operators.base import BatchContext
+    from stoker.tensors_gpu import TensorListGPU
+
+    cp = cuda._cupy()
+    if dense:
+        x = TensorListGPU(cp.asarray(np.stack(images)), layout)
+    else:
+        sizes = np.array([im.size for im in images], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
+        x = TensorListGPU.from_flat(buf, offsets, np.array([im.shape for im in images]), layout)
+    return x, BatchContext(batch_size=len(images), sources=[f"img{i}.jpg" for i in range(len(images))])

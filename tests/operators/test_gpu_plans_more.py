@@ -369,29 +369,13 @@ def tables(monkeypatch):
     """The host tables the GPU functions upload, in order (the null device runs no kernel)."""
     from stoker.operators.color import gpu_color_space_conversion as gcsc
 
-    got = []
-
-    def record(table, batch):
-        got.append(np.array(table))
-        return table
-
-    with null_device.installed():
-        for mod in (gn, glap, gs, gwp, gcsc):
-            monkeypatch.setattr(mod, "upload_table", record)
+    with null_device.recording_uploads(monkeypatch, (gn, glap, gs, gwp, gcsc)) as got:
         yield got
 
 
 def _batch(images, layout="HWC"):
-    """A ragged TensorListGPU in one flat buffer on the null device, and its batch context."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    cp = cuda._cupy()
-    sizes = np.array([im.size for im in images], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
-    x = TensorListGPU.from_flat(buf, offsets, np.array([im.shape for im in images]), layout)
-    return x, BatchContext(batch_size=len(images), sources=[f"img{i}.jpg" for i in range(len(images))])
+    """A TensorListGPU of ``images`` on the null device and its batch context."""
+    return null_device.device_batch(images, layout)
 
 
 def test_noise_uploads_the_old_tables(tables):

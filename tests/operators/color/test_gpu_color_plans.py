@@ -145,31 +145,13 @@ def test_ragged_and_per_frame_argument_inputs_take_the_per_sample_rule():
 @pytest.fixture
 def tables(monkeypatch):
     """The host tables gpu_color uploads, in order (the null device runs no kernel)."""
-    got = []
-
-    def record(table, batch):
-        got.append(np.array(table))
-        return table
-
-    with null_device.installed():
-        monkeypatch.setattr(gc, "upload_table", record)
+    with null_device.recording_uploads(monkeypatch, (gc,)) as got:
         yield got
 
 
 def _batch(images, layout="HWC", dense=False):
-    """A TensorListGPU on the null device (ragged in one flat buffer, or dense) and its context."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    cp = cuda._cupy()
-    if dense:
-        x = TensorListGPU(cp.asarray(np.stack(images)), layout)
-    else:
-        sizes = np.array([im.size for im in images], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
-        x = TensorListGPU.from_flat(buf, offsets, np.array([im.shape for im in images]), layout)
-    return x, BatchContext(batch_size=len(images), sources=[f"img{i}.jpg" for i in range(len(images))])
+    """A TensorListGPU of ``images`` on the null device and its batch context."""
+    return null_device.device_batch(images, layout, dense)
 
 
 def _images(rng, n, dense=False, dtype=np.uint8):

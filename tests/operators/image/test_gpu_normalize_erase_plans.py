@@ -34,19 +34,8 @@ def _op(name, **kw):
 
 
 def _batch(images, layout="HWC", dense=False):
-    """A TensorListGPU on the null device (ragged in one flat buffer, or dense) and its context."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    cp = cuda._cupy()
-    if dense:
-        x = TensorListGPU(cp.asarray(np.stack(images)), layout)
-    else:
-        sizes = np.array([im.size for im in images], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
-        x = TensorListGPU.from_flat(buf, offsets, np.array([im.shape for im in images]), layout)
-    return x, BatchContext(batch_size=len(images), sources=[f"img{i}.jpg" for i in range(len(images))])
+    """A TensorListGPU of ``images`` on the null device and its batch context."""
+    return null_device.device_batch(images, layout, dense)
 
 
 @pytest.fixture

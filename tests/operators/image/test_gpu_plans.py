@@ -223,29 +223,13 @@ def test_grid_mask_grids_match_per_sample_rule(how):
 @pytest.fixture
 def tables(monkeypatch):
     """The host tables the GPU functions upload, in order (the null device runs no kernel)."""
-    got = []
-
-    def record(table, batch):
-        got.append(np.array(table))
-        return table
-
-    with null_device.installed():
-        for mod in (gw, gcf, ggp):
-            monkeypatch.setattr(mod, "upload_table", record)
+    with null_device.recording_uploads(monkeypatch, (gw, gcf, ggp)) as got:
         yield got
 
 
 def _batch(images, layout="HWC"):
-    """A ragged TensorListGPU in one flat buffer on the null device, and its batch context."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
-    cp = cuda._cupy()
-    sizes = np.array([im.size for im in images], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
-    x = TensorListGPU.from_flat(buf, offsets, np.array([im.shape for im in images]), layout)
-    return x, BatchContext(batch_size=len(images), sources=[f"img{i}.jpg" for i in range(len(images))])
+    """A TensorListGPU of ``images`` on the null device and its batch context."""
+    return null_device.device_batch(images, layout)
 
 
 def _images(rng, n, channels=3):
