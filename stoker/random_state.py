@@ -97,6 +97,33 @@ def batch_uniforms(op_seed: int, iteration: int, samples, count: int) -> np.ndar
     return (_mix64_np(counters) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+def batch_keys(op_seed: int, iteration: int, samples) -> np.ndarray:
+    """``sample_key`` of each of ``samples`` (uint64): the streams :func:`key_uniforms` reads."""
+    base = _mix64(_mix64(op_seed) ^ (iteration & _MASK64))
+    idx = np.asarray(samples, dtype=np.uint64).reshape(-1)
+    with np.errstate(over="ignore"):
+        return _mix64_np(np.uint64(base) + idx * np.uint64(_GOLDEN))
+
+
+def key_uniforms(keys, start: int, count: int) -> np.ndarray:
+    """Uniform [0, 1) values: row i holds draws ``start`` .. ``start + count - 1`` (counted from 0)
+    of the stream ``keys[i]`` (:func:`batch_keys`), i.e. what ``SampleRNG.random()`` returns after
+    ``start`` earlier draws. ``key_uniforms(batch_keys(s, it, idx), 0, n)`` equals
+    ``batch_uniforms(s, it, idx, n)``; a vectorised rejection loop reads one round at a time."""
+    return key_uniforms_at(np.asarray(keys, dtype=np.uint64).reshape(-1, 1),
+                           np.arange(start, start + count, dtype=np.uint64)[None, :])
+
+
+def key_uniforms_at(keys, draws) -> np.ndarray:
+    """Uniform [0, 1) values: draw number ``draws`` (counted from 0) of the stream ``keys``
+    (:func:`batch_keys`), element by element, the two arrays broadcast together. For reading only
+    the draws a vectorised operator needs (e.g. the anchors of the candidate windows it judges)."""
+    with np.errstate(over="ignore"):
+        counters = np.asarray(keys, dtype=np.uint64) + (np.asarray(draws, dtype=np.uint64) + np.uint64(1)) * \
+            np.uint64(_GOLDEN)
+    return (_mix64_np(counters) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
 class SampleRNG:
     """A cheap counter-based generator with the subset of ``numpy.random.Generator`` that
     operators use: ``random``, ``uniform``, ``integers``, ``normal``, ``choice`` (and
