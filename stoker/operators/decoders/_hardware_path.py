@@ -76,6 +76,8 @@ def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> tuple[list, np.n
         attempts = int(_first(args.get("num_attempts"), 10))
         u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
         arr = np.asarray(sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts), np.int64)
+    elif kind == "image_slice" and (arr := op.batch_windows(arg_inputs, sizes, known)) is not None:
+        pass  # (anchor and shape inputs: the whole batch at once)
     else:
         out = []
         for i, ((h, w), k) in enumerate(zip(sizes.tolist(), known)):

@@ -272,6 +272,25 @@ class ImageDecoderSlice(_ImageDecoderBase):
             (args.get(self.ANCHOR_INPUT), args.get(self.SHAPE_INPUT))
         return self.decode(inputs[0], args, roi_fn=self.window_rule(args, anchor, shape))
 
+    def batch_windows(self, arg_inputs: dict, sizes: np.ndarray, known: np.ndarray):
+        """The (N, 4) windows of a mixed decode's batch from the anchor and shape inputs (as
+        arguments, see ANCHOR_INPUT), rows of unknown size zero; None where the per-sample rule
+        must run (named slice arguments, per-sample axes, a sample it would refuse)."""
+        if self.ANCHOR_INPUT not in arg_inputs or self.axes is None or \
+                any(self.args.get(k) is not None or k in arg_inputs for k in self.named):
+            return None
+        rows = np.flatnonzero(known)
+        try:
+            wins = roi_mod.positional_slice_windows(
+                sizes[rows, 0], sizes[rows, 1], self.axes, [arg_inputs[self.ANCHOR_INPUT][i] for i in rows.tolist()],
+                [arg_inputs[self.SHAPE_INPUT][i] for i in rows.tolist()], bool(self.args["normalized_anchor"]),
+                bool(self.args["normalized_shape"]))
+        except ValueError:
+            return None
+        out = np.zeros((len(sizes), 4), np.int64)
+        out[rows] = wins
+        return out
+
     def window_rule(self, args, anchor=None, shape=None):
         """``(h, w) -> (y0, x0, height, width)``: one sample's window from its anchor and shape
         inputs (when given) or the named slice arguments."""

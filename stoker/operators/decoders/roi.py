@@ -155,6 +155,48 @@ def positional_slice_window(height: int, width: int, axes: list[int], anchor, sh
     return _checked(height, width, lo, hi)
 
 
+def positional_slice_windows(heights, widths, axes: list[int], anchors, shapes,
+                             normalized_anchor: bool = True, normalized_shape: bool = True) -> np.ndarray:
+    """:func:`positional_slice_window` for every sample at once: an (N, 4) int64 array of
+    ``(y, x, h, w)``, the same numbers (the same float64 steps and rounding). Raises ValueError
+    when any sample's window is bad or its inputs differ in size or type from the others' (the
+    caller then asks :func:`positional_slice_window` sample by sample, which names the sample)."""
+    if 2 in axes:
+        raise ValueError("slicing the channel axis is not supported by the image decoders")
+    n, k = len(heights), len(axes)
+    anchor, shape = np.asarray(anchors), np.asarray(shapes)
+    if anchor.dtype.kind not in "biuf" or shape.dtype.kind not in "biuf":
+        raise ValueError("anchor and shape must be numbers")
+    anchor, shape = anchor.reshape(n, -1), shape.reshape(n, -1)
+    if anchor.shape[1] != k or shape.shape[1] != k:
+        raise ValueError(f"anchor and shape need {k} values (one per axis)")
+    norm_a = normalized_anchor and anchor.dtype.kind == "f"
+    norm_s = normalized_shape and shape.dtype.kind == "f"
+    extents = np.stack([np.asarray(heights, np.int64), np.asarray(widths, np.int64)], 1)
+    ext = extents[:, axes].astype(np.float64)
+    a, s = anchor.astype(np.float64), shape.astype(np.float64)
+    if norm_a and norm_s:
+        e = (a + s) * ext
+        a = a * ext
+    else:
+        a = a * ext if norm_a else a
+        e = a + (s * ext if norm_s else s)
+    if (e < a).any() or not (np.isfinite(a).all() and np.isfinite(e).all()):
+        raise ValueError("a slice ends before its start")
+    lo, hi = np.zeros((n, 2), np.int64), extents.copy()
+    lo[:, axes], hi[:, axes] = _round_half_away(a), _round_half_away(e)
+    out = np.column_stack([lo, hi - lo])
+    if (out < 0).any() or (out[:, 0] + out[:, 2] > extents[:, 0]).any() or \
+            (out[:, 1] + out[:, 3] > extents[:, 1]).any():
+        raise ValueError("a slice does not fit in its image")
+    return out
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """:func:`round_half_away` of every element (the same floor steps)."""
+    return np.where(v >= 0, np.floor(v + 0.5), -np.floor(-v + 0.5)).astype(np.int64)
+
+
 def _vec(v, n):
     if v is None:
         return None
