@@ -125,6 +125,25 @@ class Copy(Operator):
         return inputs[0].copy()
 
 
+def _inferred(in_shapes: np.ndarray, requested: np.ndarray) -> np.ndarray | None:
+    """NumPy's reshape rule for every row: ``requested`` (N, k) with at most one -1, inferred from
+    the element count of ``in_shapes`` (N, d); None when any row does not fit."""
+    sizes = np.prod(in_shapes, axis=1, dtype=np.int64)
+    out = np.array(requested, np.int64, copy=True)
+    free = out == -1
+    if (free.sum(axis=1) > 1).any() or (out[~free] < 0).any():
+        return None
+    rows = free.any(axis=1)
+    if rows.any():
+        known = np.prod(np.where(free, 1, out), axis=1, dtype=np.int64)
+        if (known[rows] == 0).any() or (sizes[rows] % known[rows]).any():
+            return None
+        out[free] = (sizes // np.where(known == 0, 1, known))[rows]
+    if (np.prod(out, axis=1, dtype=np.int64) != sizes).any():
+        return None
+    return out
+
+
 @register
 class Reshape(Operator):
     """Gives samples a new shape with the same number of elements."""
@@ -138,20 +157,57 @@ class Reshape(Operator):
 
     def run_sample(self, inputs, args, ctx):
         x = inputs[0]
-        if len(inputs) > 1:
-            shape = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
-        elif args.get("shape") is not None:
-            shape = [int(v) for v in np.asarray(args["shape"]).reshape(-1)]
-        elif args.get("rel_shape") is not None:
-            shape = [int(round(r * s)) for r, s in zip(np.asarray(args["rel_shape"]).reshape(-1), x.shape)]
-        elif args.get("src_dims") is not None:
-            shape = [x.shape[d] if d >= 0 else 1 for d in args["src_dims"]]
-        else:
+        shape = self.requested_shape(x.shape, args, inputs[1] if len(inputs) > 1 else None)
+        if shape is None:
             return x
         try:
             return x.reshape(shape)
         except ValueError:
             raise self.error(f"cannot reshape a sample of shape {x.shape} to {shape}") from None
+
+    def requested_shape(self, in_shape, args, shape_input=None) -> list | None:
+        """The shape a sample of ``in_shape`` is given (-1 still to infer), or None to keep it."""
+        if shape_input is not None:
+            return [int(v) for v in np.asarray(shape_input).reshape(-1)]
+        if args.get("shape") is not None:
+            return [int(v) for v in np.asarray(args["shape"]).reshape(-1)]
+        if args.get("rel_shape") is not None:
+            return [int(round(r * s)) for r, s in zip(np.asarray(args["rel_shape"]).reshape(-1), in_shape)]
+        if args.get("src_dims") is not None:
+            return [in_shape[d] if d >= 0 else 1 for d in args["src_dims"]]
+        return None
+
+    def output_shape(self, in_shape, args, shape_input=None) -> tuple:
+        """The shape of the reshaped sample (NumPy's rules, -1 inferred); ValueError if none fits."""
+        shape = self.requested_shape(in_shape, args, shape_input)
+        if shape is None:
+            return tuple(int(v) for v in in_shape)
+        out = _inferred(np.asarray([in_shape], np.int64).reshape(1, -1), np.asarray([shape], np.int64))
+        if out is None:
+            raise ValueError(f"cannot reshape a sample of shape {tuple(in_shape)} to {shape}")
+        return tuple(out[0].tolist())
+
+    def output_shapes(self, in_shapes: np.ndarray, arg_inputs: dict) -> np.ndarray | None:
+        """:meth:`output_shape` of every sample at once, ``(N, k)`` int64, for static arguments;
+        None where the per-sample rule must run (per-sample arguments, or a sample that does not
+        fit, which the per-sample rule names)."""
+        if arg_inputs:
+            return None
+        a = self.args
+        n = len(in_shapes)
+        if a.get("shape") is not None:
+            req = np.broadcast_to(np.asarray(a["shape"], np.int64).reshape(1, -1), (n, len(a["shape"])))
+        elif a.get("rel_shape") is not None:
+            rel = np.asarray(a["rel_shape"], np.float64).reshape(-1)
+            m = min(rel.size, in_shapes.shape[1])
+            req = np.rint(rel[:m] * in_shapes[:, :m]).astype(np.int64)  # round(): halves to even
+        elif a.get("src_dims") is not None:
+            dims = list(a["src_dims"])
+            req = np.stack([in_shapes[:, d] if d >= 0 else np.ones(n, np.int64) for d in dims], 1) if dims \
+                else np.zeros((n, 0), np.int64)
+        else:
+            return np.asarray(in_shapes, np.int64)
+        return _inferred(np.asarray(in_shapes, np.int64), req)
 
     def output_layouts(self, input_layouts):
         return [self.args["layout"] if self.args["layout"] is not None else ""]

@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import dense_view, flat_output, host_fallback, per_sample, register_gpu
+from stoker.operators.gpu_registry import (
+    contiguous_samples,
+    dense_view,
+    flat_output,
+    host_fallback,
+    per_sample,
+    register_gpu,
+)
 
 
 def _gpu_batches(inputs) -> bool:
@@ -275,3 +282,33 @@ def gpu_cat(op, batch, inputs, arg_inputs):
 def gpu_stack(op, batch, inputs, arg_inputs):
     """``fn.stack`` on GPU batches."""
     return _join(op, batch, inputs, arg_inputs, stack=True)
+
+
+@register_gpu("reshape")
+def gpu_reshape(op, batch, inputs, arg_inputs):
+    """``fn.reshape`` on GPU batches: the same memory with new shapes, no copy (the samples of a
+    dense or flat batch are contiguous). Static arguments are planned for the whole batch
+    (``Reshape.output_shapes``); per-sample ones, and a sample that does not fit, sample by
+    sample. A shape given as a second input takes the host path."""
+    from stoker.tensors_gpu import TensorListGPU
+
+    x = inputs[0]
+    if len(inputs) > 1 or not _gpu_batches(inputs):
+        return host_fallback(op, batch, inputs, arg_inputs)
+    layout = op.output_layouts([x.layout()])[0]
+    n = len(x)
+    if n == 0:
+        return [_empty(layout)]
+    in_shapes = x.geometry()[2]
+    out = op.output_shapes(in_shapes, arg_inputs)
+    if out is None:
+        rows = per_sample(op, batch, n, lambda i: op.output_shape(in_shapes[i].tolist(), op.sample_args(arg_inputs, i)))
+        _check_rank(rows)
+        out = np.asarray(rows, np.int64).reshape(n, -1)
+    d = x.dense()
+    if d is not None and d.flags.c_contiguous and (out == out[0]).all():
+        return [TensorListGPU(d.reshape((n, *out[0].tolist())), layout, x.source_info(), _keep_alive(x))]
+    parts = contiguous_samples(x).flat_parts()
+    if parts is not None:
+        return [_assemble(parts[0], parts[1], out, layout, x.source_info(), _keep_alive(x))]
+    return [reshaped_views(x, [tuple(r) for r in out.tolist()], layout)]
