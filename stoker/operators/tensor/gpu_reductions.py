@@ -29,7 +29,8 @@ from stoker import types
 from stoker.operators.gpu_registry import DOUBLE_OF_ANY, dense_view, host_fallback, register_gpu
 from stoker.operators.tensor._axes import resolve_axes
 from stoker.operators.tensor.gpu_cast import cast_array
-from stoker.operators.tensor.reductions import mean_fits, reduced_shapes
+from stoker.operators.tensor.gpu_shape_join import shape_table
+from stoker.operators.tensor.reductions import means_fit, reduced_tables
 
 _NAMES = ("sum", "mean", "mean_square", "rms", "min", "max", "variance", "std_dev")
 _MEAN_LIKE = ("mean", "mean_square", "rms")
@@ -139,39 +140,45 @@ def _gpu_reduction(op, batch, inputs, arg_inputs):
     in_dtype = np.dtype(types.to_numpy_type(x.dtype))
     if in_dtype == np.bool_:
         return host_fallback(op, batch, inputs, arg_inputs)
-    shapes = [tuple(int(d) for d in s) for s in x.shape()]
+    table = shape_table(x)  # (N, ndim): the whole batch's plan in NumPy, no step per sample
     try:  # the rank and layout are the batch's, so one resolution serves every sample
         axes = tuple(resolve_axes(op.schema.name, op.args["axes"], op.args["axis_names"], x.layout(),
-                                  len(shapes[0])))
-        kept = [reduced_shapes(s, axes) for s in shapes]
+                                  table.shape[1]))
+        kept, _ = reduced_tables(table, axes)
     except ValueError:
         return host_fallback(op, batch, inputs, arg_inputs)
-    counts = [_count(s, axes) for s in shapes]
-    if name in ("min", "max") and axes and min(counts) == 0:
+    counts = np.prod(table[:, list(axes)], axis=1) if axes else np.ones(len(x), np.int64)
+    if name in ("min", "max") and axes and counts.min() == 0:
         return host_fallback(op, batch, inputs, arg_inputs)
-    if name in _MEAN_LIKE and op.out_dtype(in_dtype).kind in "iu" and min(counts) == 0:
+    if name in _MEAN_LIKE and op.out_dtype(in_dtype).kind in "iu" and counts.min() == 0:
         return host_fallback(op, batch, inputs, arg_inputs)
     mean_tl = inputs[1] if len(inputs) > 1 else None
+    mean_table = None
     if mean_tl is not None:
-        if len(mean_tl) != len(x) or not all(mean_fits(m, k, f) for m, (k, f) in zip(mean_tl.shape(), kept)):
+        if len(mean_tl) != len(x):
+            return host_fallback(op, batch, inputs, arg_inputs)
+        mean_table = shape_table(mean_tl)
+        if not means_fit(mean_table, kept).all():
             return host_fallback(op, batch, inputs, arg_inputs)
     keep = bool(op.args["keep_dims"])
     ddof = int(op.args.get("ddof") or 0)
 
-    dense = _dense(x) if len(set(shapes)) == 1 else None
+    dense = _dense(x) if (table == table[0]).all() else None
     means = None
     if dense is not None and mean_tl is not None:
-        means = _dense(mean_tl) if len(set(mean_tl.shape())) == 1 else None
+        means = _dense(mean_tl) if (mean_table == mean_table[0]).all() else None
         if means is None:
             dense = None
     if dense is not None:
-        mean = None if means is None else means.astype(np.float64).reshape((len(x), *kept[0][0]))
+        mean = None if means is None else means.astype(np.float64).reshape((len(x), *kept[0].tolist()))
         out = reduce_array(name, dense, tuple(a + 1 for a in axes), keep, ddof, mean)
         return [TensorListGPU(_finish(op, out, in_dtype), layout, x.source_info())]
+    # A ragged batch: reduced sample by sample (one launch each; a segmented reduction would need
+    # a new kernel).
     samples = x.samples()
     mean_samples = mean_tl.samples() if mean_tl is not None else [None] * len(x)
     outs = []
-    for a, m, (k, _) in zip(samples, mean_samples, kept):
+    for a, m, k in zip(samples, mean_samples, kept.tolist()):
         mean = None if m is None else m.astype(np.float64).reshape(k)
         outs.append(_finish(op, reduce_array(name, a, axes, keep, ddof, mean), in_dtype))
     return [TensorListGPU(outs, layout, x.source_info())]

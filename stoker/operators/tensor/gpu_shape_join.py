@@ -13,8 +13,9 @@ misaligned pointer, which GPU kernels cannot read (NumPy on the host does not ca
 ``cast_like`` is the GPU ``cast``'s ``cast_array`` (rounding and saturation as the CPU's
 ``convert``), once over a dense or flat batch's buffer, else per sample.
 
-``cat`` and ``stack`` write one new buffer per batch; shapes, axis and errors come from the CPU
-operator's ``plan``. When every input holds samples of one shape, the output is dense and each
+``cat`` and ``stack`` write one new buffer per batch; shapes and axis come from the CPU
+operator's ``plan_rows`` for the whole batch (errors from its per-sample ``plan``, naming the
+sample). When every input holds samples of one shape, the output is dense and each
 input is written with one strided copy for the whole batch. Otherwise every sample's pieces are
 copied into views of one flat output buffer (one small copy per input and sample).
 
@@ -32,6 +33,7 @@ from stoker.operators.gpu_registry import (
     flat_output,
     host_fallback,
     per_sample,
+    plan_batch,
     register_gpu,
 )
 
@@ -57,6 +59,18 @@ def _dtype(x) -> np.dtype:
 def _keep_alive(x):
     # Views of x's memory must keep whatever owns it (a decoder's buffer) alive, as x does.
     return getattr(x, "_keep_alive", None)
+
+
+def shape_table(x) -> np.ndarray:
+    """The sample shapes of GPU batch ``x`` as one ``(N, ndim)`` int64 array, made without a
+    Python step per sample for a dense or flat batch."""
+    d = x.dense()
+    if d is not None:
+        return np.tile(np.asarray(d.shape[1:], np.int64), (len(x), 1))
+    parts = x.flat_parts()
+    if parts is not None:
+        return np.asarray(parts[2], np.int64).reshape(len(x), -1)
+    return np.asarray(x.shape(), np.int64).reshape(len(x), -1)
 
 
 def _empty(layout: str):
@@ -253,20 +267,22 @@ def _join(op, batch, inputs, arg_inputs, stack: bool):
     layout = op.output_layouts([x.layout() for x in inputs])[0]
     if n == 0:
         return [_empty(layout)]
-    in_shapes = [x.shape() for x in inputs]
+    tables = [shape_table(x) for x in inputs]
     dtypes = [_dtype(x) for x in inputs]
-    plans = per_sample(op, batch, n, lambda i: op.plan([s[i] for s in in_shapes], dtypes, first.layout()))
-    axis = plans[0][0]  # depends only on the rank and the layout, the same for every sample
-    shapes = [shape for _, shape in plans]
+    lay = first.layout()
+    # (the axis depends only on the rank and the layout, the same for every sample)
+    axis, shapes = plan_batch(op, batch, n, lambda: op.plan_rows(tables, dtypes, lay),
+                              lambda i: op.plan([t[i].tolist() for t in tables], dtypes, lay))
     whole = [x.dense() if x.dense() is not None else dense_view(x) for x in inputs]
     if all(w is not None for w in whole):  # each input one shape: so is the output
-        out = cp.empty((n, *shapes[0]), dtypes[0])
+        out = cp.empty((n, *shapes[0].tolist()), dtypes[0])
         _write_joined(out, whole, axis + 1, stack)
         return [TensorListGPU(out, layout, first.source_info())]
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    # A ragged batch: one small copy per input and sample (a batched copy would need a new kernel).
+    sizes = np.prod(shapes, axis=1, dtype=np.int64)
     buf, offsets, out = flat_output(shapes, sizes, dtypes[0], layout, first.source_info())
     samples = [x.samples() for x in inputs]
-    for i, (off, size, shape) in enumerate(zip(offsets.tolist(), sizes, shapes)):
+    for i, (off, size, shape) in enumerate(zip(offsets.tolist(), sizes.tolist(), shapes.tolist())):
         if size:
             _write_joined(buf[off:off + size].reshape(shape), [s[i] for s in samples], axis, stack)
     return [out]

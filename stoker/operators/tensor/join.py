@@ -1,4 +1,8 @@
-"""``cat`` and ``stack``: join the samples of several inputs, sample by sample."""
+"""``cat`` and ``stack``: join the samples of several inputs, sample by sample.
+
+``plan`` gives one sample's axis and output shape (and its error); ``plan_rows`` the same for a
+whole batch at once with NumPy, for the GPU operator (which then runs ``plan`` sample by sample
+only to name the sample that fails)."""
 
 from __future__ import annotations
 
@@ -33,6 +37,20 @@ class _Join(LayoutAware):
         which needs no data for it."""
         raise NotImplementedError
 
+    def plan_rows(self, tables: list[np.ndarray], dtypes: list, layout: str) -> tuple[int, np.ndarray]:
+        """``plan`` for every sample at once: ``tables`` holds one ``(N, ndim)`` int64 array of
+        sample shapes per input; returns ``(axis, (N, ndim_out) int64 output shapes)``. Raises
+        where ``plan`` would raise for some sample (without saying which: ``plan`` tells)."""
+        raise NotImplementedError
+
+    def _check_tables(self, tables: list[np.ndarray], dtypes: list) -> list[np.ndarray]:
+        tables = [np.asarray(t, np.int64).reshape(len(t), -1) for t in tables]
+        # the dtypes and ranks are the batches', the same for every sample: sample 0's check
+        self._check_inputs([t[0] for t in tables], dtypes)
+        if any(len(t) != len(tables[0]) for t in tables):
+            raise self.error(f"{self.schema.name}: the inputs hold different numbers of samples")
+        return tables
+
     def run_sample(self, inputs, args, ctx):
         axis, _ = self.plan([x.shape for x in inputs], [x.dtype for x in inputs], self.layout_of(args))
         return self.join(inputs, axis)
@@ -62,6 +80,19 @@ class Cat(_Join):
         if axis >= len(shapes[0]) or any(r != rest[0] for r in rest):
             raise self.error(f"cat: the inputs' shapes {shapes} differ outside the joined axis {axis}")
         return axis, (*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1:])
+
+    def plan_rows(self, tables, dtypes, layout):
+        tables = self._check_tables(tables, dtypes)
+        ndim = tables[0].shape[1]
+        axis = self._axis(ndim, layout)
+        if axis >= ndim:
+            raise self.error(f"cat: the joined axis {axis} is past the samples' rank {ndim}")
+        rest = np.delete(np.stack(tables), axis, axis=2)  # (inputs, N, ndim - 1)
+        if (rest != rest[0]).any():
+            raise self.error(f"cat: the inputs' shapes differ outside the joined axis {axis}")
+        out = tables[0].copy()
+        out[:, axis] = np.stack(tables)[:, :, axis].sum(axis=0)
+        return axis, out
 
     def _axis(self, ndim: int, layout: str) -> int:
         name = self.args["axis_name"]
@@ -110,6 +141,17 @@ class Stack(_Join):
             raise self.error(f"stack: the inputs' shapes differ: {shapes}")
         axis %= ndim + 1
         return axis, (*shapes[0][:axis], len(shapes), *shapes[0][axis:])
+
+    def plan_rows(self, tables, dtypes, layout):
+        tables = self._check_tables(tables, dtypes)
+        ndim = tables[0].shape[1]
+        axis = self.args["axis"]
+        if not -(ndim + 1) <= axis <= ndim:
+            raise self.error(f"stack: argument 'axis': {axis} is out of range for {ndim}D samples")
+        if any(not np.array_equal(t, tables[0]) for t in tables):
+            raise self.error("stack: the inputs' shapes differ")
+        axis %= ndim + 1
+        return axis, np.insert(tables[0], axis, len(tables), axis=1)
 
     def output_layouts(self, input_layouts):
         lay = _common_layout(input_layouts)

@@ -217,6 +217,27 @@ def mean_fits(mean_shape, kept, flat) -> bool:
     return mean_shape in (kept, flat) or int(np.prod(mean_shape)) == int(np.prod(kept))
 
 
+def reduced_tables(table, axes) -> tuple[np.ndarray, np.ndarray]:
+    """``reduced_shapes`` for every sample at once: ``table`` is an ``(N, ndim)`` array of sample
+    shapes; returns ``(kept, flat)`` as ``(N, ndim)`` and ``(N, ndim - len(axes))`` int64 arrays.
+    Repeated or out-of-range axes raise NumPy's ValueError as ``reduced_shapes`` does."""
+    table = np.asarray(table, np.int64).reshape(len(table), -1)
+    if not axes:
+        return table, table
+    reduced_shapes((1,) * table.shape[1], axes)  # the axes' checks, once: the rank is the batch's
+    kept = table.copy()
+    kept[:, list(axes)] = 1
+    return kept, np.delete(table, list(axes), axis=1)
+
+
+def means_fit(mean_table, kept) -> np.ndarray:
+    """``mean_fits`` for every sample at once (``(N,)`` bools) from ``(N, ...)`` shape tables of the
+    mean input and of the kept reduction shapes: a shape equal to the kept or flat one has as many
+    values, so the count decides."""
+    mean_table = np.asarray(mean_table, np.int64).reshape(len(mean_table), -1)
+    return np.prod(mean_table, axis=1) == np.prod(np.asarray(kept, np.int64).reshape(len(kept), -1), axis=1)
+
+
 def _mean(x, axes, keep_dims):
     if not axes:
         return x.astype(np.float64)
