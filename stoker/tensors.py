@@ -226,7 +226,31 @@ def batch_of_arrays(samples: list, layout: str = "", source_info=None) -> Tensor
     return out
 
 
-def batch_of_rows(values: np.ndarray, layout: str = "") -> TensorListCPU:
+# Largest sample (elements) that operators stack into one array to compute a batch at once.
+SMALL_SAMPLE = 64
+
+
+def stacked_small(inputs: list):
+    """The inputs as ``(N, ...)`` arrays when every sample of every input has one shape of at most
+    :data:`SMALL_SAMPLE` elements (else None)."""
+    out = []
+    n = len(inputs[0]) if inputs else 0
+    for t in inputs:
+        samples = t.samples()
+        if len(samples) != n or not n:
+            return None
+        dense = getattr(t, "_dense", None)
+        if dense is not None and len(dense) == n and dense[0].size <= SMALL_SAMPLE:
+            out.append(dense)
+            continue
+        shapes = {s.shape for s in samples}
+        if len(shapes) != 1 or samples[0].size > SMALL_SAMPLE:
+            return None
+        out.append(np.stack(samples))
+    return out
+
+
+def batch_of_rows(values: np.ndarray, layout: str = "", source_info=None) -> TensorListCPU:
     """A ``TensorListCPU`` whose sample ``i`` is ``values[i, ...]`` (a view), made without
     per-sample conversion; ``values`` is kept as the batch's dense form, so a copy to the GPU
     needs no stacking. For operators that compute a whole batch in one NumPy step."""
@@ -234,7 +258,7 @@ def batch_of_rows(values: np.ndarray, layout: str = "") -> TensorListCPU:
     n = values.shape[0]
     out._samples = [values[i, ...] for i in range(n)]
     out._layout = layout or ""
-    out._source_info = [""] * n
+    out._source_info = list(source_info) if source_info is not None else [""] * n
     out._dense = values
     return out
 

@@ -111,11 +111,27 @@ class Operator:
         """Compute one sample on the CPU: return an array or a tuple of arrays."""
         raise NotImplementedError(f"{self.schema.name} has no CPU implementation")
 
+    def run_batch(self, batch: BatchContext, inputs: list[TensorListCPU], arg_inputs: dict[str, list]):
+        """Optional: the outputs of :meth:`run_cpu` for the whole batch in a few NumPy steps (where
+        run_sample costs a Python call or more per sample), the same values sample for sample; or
+        None where only the per-sample path applies. Anything it raises sends the batch to the
+        per-sample path too, which raises naming the sample (and applies on_error). An operator
+        that has one is not fused into per-sample chains (``pipeline.fusion``)."""
+        return None
+
     def run_cpu(self, batch: BatchContext, inputs: list[TensorListCPU], arg_inputs: dict[str, list]) -> list:
-        """Compute a batch on the CPU. Default: run_sample over the thread pool."""
+        """Compute a batch on the CPU: :meth:`run_batch` where it applies, else run_sample over
+        the thread pool."""
         if batch.fuse_probe is not None:
             batch.fuse_probe["arg_inputs"] = arg_inputs
             return []
+        if type(self).run_batch is not Operator.run_batch and (not inputs or len(inputs[0])):
+            try:
+                out = self.run_batch(batch, inputs, arg_inputs)
+            except Exception:  # noqa: BLE001 - the per-sample path below raises it, naming the sample
+                out = None
+            if out is not None:
+                return out
         n = len(inputs[0]) if inputs else batch.batch_size
         sample_inputs = [tuple(t.samples()[i] for t in inputs) for i in range(n)]
 

@@ -89,6 +89,8 @@ def per_sample(node, inst) -> bool:
     for cls in type(inst).__mro__:
         if cls is Operator:
             return True
+        if "run_batch" in cls.__dict__:  # computes whole batches (Operator.run_batch)
+            return False
         if "run_cpu" in cls.__dict__ and f"{cls.__module__}.{cls.__qualname__}" not in _PER_SAMPLE_WRAPPERS:
             return False
     return False

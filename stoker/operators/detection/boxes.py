@@ -55,21 +55,10 @@ class BbFlip(Operator):
                 lo[:, d], hi[:, d] = 1.0 - hi[:, d], 1.0 - lo[:, d]
         return np.concatenate([lo, hi if ltrb else hi - lo], 1).reshape(src.shape)
 
-    def run_cpu(self, batch, inputs, arg_inputs):
-        # The whole batch in one set of NumPy steps (per sample it is ~10 us of Python, with the
-        # GIL held); anything unusual goes through the per-sample path, which raises naming the sample.
-        if batch.fuse_probe is None and inputs and len(inputs[0]):
-            try:
-                out = self._run_batch(batch, inputs, arg_inputs)
-            except Exception:  # noqa: BLE001 - the per-sample path raises it, naming the sample
-                out = None
-            if out is not None:
-                return out
-        return super().run_cpu(batch, inputs, arg_inputs)
-
-    def _run_batch(self, batch, inputs, arg_inputs):
+    def run_batch(self, batch, inputs, arg_inputs):
         """run_sample for every sample at once (the boxes of all in one array), or None where only
         the per-sample path applies."""
+        # (per sample it is ~10 us of Python, with the GIL held)
         src = inputs[0].samples()
         n = len(src)
         counts = np.array([s.size for s in src], np.int64)

@@ -267,20 +267,11 @@ class RandomBBoxCrop(Operator):
         return out
 
     # --- the whole batch at once ------------------------------------------------------------
-    def run_cpu(self, batch, inputs, arg_inputs):
-        # run_sample costs ~0.7 ms of Python per sample (most of an SSD pipeline's CPU stage, and
-        # the GIL keeps threads from helping); this takes a few NumPy steps per round of attempts.
-        if batch.fuse_probe is None and inputs and len(inputs[0]):
-            try:
-                out = self._run_batch(batch, inputs, arg_inputs)
-            except Exception:  # noqa: BLE001 - the per-sample path raises it, naming the sample
-                out = None
-            if out is not None:
-                return out
-        return super().run_cpu(batch, inputs, arg_inputs)
 
-    def _run_batch(self, batch, inputs, arg_inputs):
+    def run_batch(self, batch, inputs, arg_inputs):
         """The outputs of run_cpu, or None where only the per-sample path applies."""
+        # (run_sample costs ~0.7 ms of Python per sample, most of an SSD pipeline's CPU stage, and
+        # the GIL keeps threads from helping; this takes a few NumPy steps per round of attempts)
         n = len(inputs[0])
         samples = inputs[0].samples()
         if samples[0].ndim == 1 and not any(b.size for b in samples):  # empty 1D arrays: no boxes

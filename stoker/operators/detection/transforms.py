@@ -121,20 +121,10 @@ class _Transform(Operator):
         per-sample path then runs and raises (or skips) as it always did."""
         return None
 
-    def run_cpu(self, batch, inputs, arg_inputs):
+    def run_batch(self, batch, inputs, arg_inputs):
         # The whole batch in a few NumPy steps (a matrix per sample feeding a GPU operator
         # should cost about as much as a constant one, issue 16); anything unusual or wrong
         # goes through the per-sample path, which gives the same matrices and the errors.
-        if batch.fuse_probe is None:
-            try:
-                out = self._run_batch(batch, inputs, arg_inputs)
-            except Exception:
-                out = None
-            if out is not None:
-                return out
-        return super().run_cpu(batch, inputs, arg_inputs)
-
-    def _run_batch(self, batch, inputs, arg_inputs):
         n = len(inputs[0]) if inputs else batch.batch_size
         m = self.own_batch(arg_inputs, n) if n else None
         if m is None or m.ndim != 3 or m.shape[1] < 1:
@@ -451,24 +441,20 @@ class Combine(Operator):
             out = _compose(out, h) if self.args["reverse_order"] else _compose(h, out)
         return out[:n]
 
-    def run_cpu(self, batch, inputs, arg_inputs):
-        # As _Transform.run_cpu: the whole batch at once where the inputs stack, else (and for
-        # any error) the per-sample path.
-        if batch.fuse_probe is None and inputs and len(inputs[0]):
-            try:
-                mats = [np.asarray(x.samples(), np.float64) for x in inputs]
-                n, d = mats[0].shape[0], mats[0].shape[1]
-                if any(m.shape != (n, d, d + 1) for m in mats):
-                    raise ValueError("inputs differ")
-                out = _homog_batch(mats[0].astype(np.float32))
-                for m in mats[1:]:  # accumulate from the first, as run_sample
-                    h = _homog_batch(m.astype(np.float32))
-                    out = _compose_batch(out, h) if self.args["reverse_order"] else _compose_batch(h, out)
-                layout = self.output_layouts([t.layout() for t in inputs])[0]
-                return _batch_outputs(batch, n, np.ascontiguousarray(out[:, :d]), layout)
-            except Exception:
-                pass
-        return super().run_cpu(batch, inputs, arg_inputs)
+    def run_batch(self, batch, inputs, arg_inputs):
+        # As _Transform.run_batch: the whole batch at once where the inputs stack.
+        if not inputs:
+            return None
+        mats = [np.asarray(x.samples(), np.float64) for x in inputs]
+        n, d = mats[0].shape[0], mats[0].shape[1]
+        if any(m.shape != (n, d, d + 1) for m in mats):
+            return None
+        out = _homog_batch(mats[0].astype(np.float32))
+        for m in mats[1:]:  # accumulate from the first, as run_sample
+            h = _homog_batch(m.astype(np.float32))
+            out = _compose_batch(out, h) if self.args["reverse_order"] else _compose_batch(h, out)
+        layout = self.output_layouts([t.layout() for t in inputs])[0]
+        return _batch_outputs(batch, n, np.ascontiguousarray(out[:, :d]), layout)
 
     def output_layouts(self, input_layouts):
         return ["**"]  # as DALI: a matrix with no named axes

@@ -14,30 +14,7 @@ import numpy as np
 
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import batch_of_rows
-
-# Largest sample (elements) the CPU operator stacks into one array to compute a batch at once.
-_SMALL = 64
-
-
-def _stacked_small(inputs: list):
-    """The inputs as ``(N, ...)`` arrays when every sample of every input has one shape of at most
-    :data:`_SMALL` elements (else None)."""
-    out = []
-    n = len(inputs[0]) if inputs else 0
-    for t in inputs:
-        samples = t.samples()
-        if len(samples) != n or not n:
-            return None
-        dense = getattr(t, "_dense", None)
-        if dense is not None and len(dense) == n and dense[0].size <= _SMALL:
-            out.append(dense)
-            continue
-        shapes = {s.shape for s in samples}
-        if len(shapes) != 1 or samples[0].size > _SMALL:
-            return None
-        out.append(np.stack(samples))
-    return out
+from stoker.tensors import batch_of_rows, stacked_small
 
 # expression -> function name, the same in NumPy and CuPy (the GPU path passes xp=cupy)
 _BINARY = {
@@ -154,20 +131,16 @@ class Arithmetic(Operator):
     def run_sample(self, inputs, args, ctx):
         return evaluate(self.args, inputs)
 
-    def run_cpu(self, batch, inputs, arg_inputs):
+    def run_batch(self, batch, inputs, arg_inputs):
         # Batches of small samples of one shape (per-sample scalars: magnitudes, flags, the
         # arithmetic of auto_aug's parameters) in one NumPy step, not one Python call per sample.
-        stacked = _stacked_small(inputs)
-        if stacked is None or batch.fuse_probe is not None:
-            return super().run_cpu(batch, inputs, arg_inputs)
-        try:
-            with np.errstate(all="ignore"):
-                result = np.asarray(evaluate(self.args, stacked))
-        except (ValueError, TypeError, ArithmeticError):
-            return super().run_cpu(batch, inputs, arg_inputs)  # it names the failing sample
-        out = batch_of_rows(result, self.output_layouts([t.layout() for t in inputs])[0])
-        out._source_info = list(inputs[0].source_info())
-        return [out]
+        stacked = stacked_small(inputs)
+        if stacked is None:
+            return None
+        with np.errstate(all="ignore"):
+            result = np.asarray(evaluate(self.args, stacked))
+        return [batch_of_rows(result, self.output_layouts([t.layout() for t in inputs])[0],
+                              inputs[0].source_info())]
 
     def output_layouts(self, input_layouts):
         layouts = [lay for lay in input_layouts if lay]

@@ -9,7 +9,7 @@ from stoker import types
 from stoker.errors import PipelineBuildError, arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.tensors import TensorListCPU, batch_of_rows
+from stoker.tensors import TensorListCPU, batch_of_rows, stacked_small
 
 
 @register
@@ -247,23 +247,15 @@ class Subscript(Operator):
     schema = Schema(name="_subscript", doc="Tensor indexing and slicing.", args=[Arg("spec", "any", ())],
                     devices=("cpu", "gpu"), allow_unknown_args=True)
 
-    def run_cpu(self, batch, inputs, arg_inputs):
-        # Static indices into small samples of one shape (shapes, magnitudes): the whole batch in
-        # one NumPy step (the batch axis first), not one Python call per sample.
-        from stoker.operators.math.arithmetic import _stacked_small
-
-        stacked = None if batch.fuse_probe is not None else _stacked_small(inputs[:1])
+    def run_batch(self, batch, inputs, arg_inputs):
+        # Indices into small samples of one shape (shapes, magnitudes, a table row per sample):
+        # the whole batch in one NumPy step (the batch axis first), not one Python call per sample.
+        stacked = stacked_small(inputs[:1])
         key = None if stacked is None else self._batch_key(arg_inputs, len(inputs[0]))
-        if key is not None:
-            try:
-                out = np.ascontiguousarray(stacked[0][key])
-            except IndexError:
-                out = None  # the per-sample path names the sample
-            if out is not None:
-                result = batch_of_rows(out, self.output_layouts([inputs[0].layout()])[0])
-                result._source_info = list(inputs[0].source_info())
-                return [result]
-        return super().run_cpu(batch, inputs, arg_inputs)
+        if key is None:
+            return None
+        out = np.ascontiguousarray(stacked[0][key])
+        return [batch_of_rows(out, self.output_layouts([inputs[0].layout()])[0], inputs[0].source_info())]
 
     def _batch_key(self, arg_inputs: dict, n: int):
         """The index of the whole ``(N, ...)`` batch, or None where only the per-sample path
