@@ -29,11 +29,16 @@ from stoker.errors import OperatorError
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
 
-def _pipe(root, on_error):
+def _pipe(root, on_error, decoder="image"):
     @pipeline_def(batch_size=BATCH, num_threads=2, device_id=0, seed=0, on_error=on_error)
     def p():
         jpegs, labels = fn.readers.file(file_root=str(root), name="Reader")
-        images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+        if decoder == "image_slice":  # anchor and shape inputs, as an SSD pipeline gives them
+            anchor = fn.random.uniform(range=(0.0, 0.2), shape=(2,))
+            shape = fn.random.uniform(range=(0.5, 0.8), shape=(2,))
+            images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed", output_type=types.RGB)
+        else:
+            images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
         return images, labels, fn.get_property(jpegs, key="source_info")
 
     pipe = p()  # the decoder reads STOKER_NVJPEG_HW (set by the fixture) when it first runs
@@ -48,9 +53,14 @@ def hardware(request, monkeypatch):
     return request.param
 
 
-def test_mixed_raise_names_operator_file_and_reason(broken, hardware):  # noqa: F811
+@pytest.fixture(params=["image", "image_slice"])
+def decoder(request):
+    return request.param
+
+
+def test_mixed_raise_names_operator_file_and_reason(broken, hardware, decoder):  # noqa: F811
     case, root, bad, reason, operator = broken
-    pipe = _pipe(root, "raise")
+    pipe = _pipe(root, "raise", decoder)
     _break_after_listing(case, bad)
     try:
         with pytest.raises(OperatorError) as info:
@@ -63,9 +73,9 @@ def test_mixed_raise_names_operator_file_and_reason(broken, hardware):  # noqa: 
         pipe.close()
 
 
-def test_mixed_skip_keeps_batches_full_and_each_good_file_once(broken, hardware):  # noqa: F811
+def test_mixed_skip_keeps_batches_full_and_each_good_file_once(broken, hardware, decoder):  # noqa: F811
     case, root, bad, _, _ = broken
-    pipe = _pipe(root, "skip")
+    pipe = _pipe(root, "skip", decoder)
     _break_after_listing(case, bad)
     try:
         for _epoch in range(2):
