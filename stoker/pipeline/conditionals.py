@@ -51,7 +51,7 @@ from stoker.pipeline.data_node import DataNode, constant_node, invoke
 
 _scope_ids = itertools.count(1)
 _tls = threading.local()
-_SPLIT, _MERGE = "_conditional.split", "_conditional.merge"
+_SPLIT, _MERGE, _MERGE_CASES = "_conditional.split", "_conditional.merge", "_conditional.merge_cases"
 
 
 class UndefinedVariableError(PipelineBuildError, NameError):
@@ -93,14 +93,22 @@ def _unbound(name: str) -> Undefined:
 @dataclass(eq=False)
 class Scope:
     """One branch of one per-sample conditional: the samples of ``parent`` whose
-    ``predicate`` (a DataNode of the parent scope) equals ``branch``."""
+    ``predicate`` (a DataNode of the parent scope) equals ``branch``. In one of the ``cases``
+    of an n-way :func:`select_stmt`, ``branch`` is the case number and ``predicate`` the index."""
 
     parent: Scope | None
     predicate: DataNode
-    branch: bool
+    branch: bool | int
     what: str  # "the `if` at file:line", for messages
+    cases: int = 0  # 0: one side of a two-way if
     id: int = field(default_factory=lambda: next(_scope_ids))
     splits: dict = field(default_factory=dict)  # (node id, output) -> the split DataNode
+
+    def split_args(self) -> dict:
+        """The arguments of the ``_conditional.split`` that brings a batch into this scope."""
+        if self.cases:
+            return {"cases": self.cases, "case": self.branch, "what": self.what}
+        return {"branch": self.branch, "what": self.what}
 
     def encloses(self, other: Scope | None) -> bool:
         """True if ``other`` is this scope or one of its ancestors (None is the whole batch)."""
@@ -159,7 +167,7 @@ def bring(node: DataNode, scope: Scope | None) -> DataNode:
     if got is None:
         above = bring(node, scope.parent)
         with _in_scope(scope):
-            got = invoke(_SPLIT, [above, scope.predicate], {"branch": scope.branch, "what": scope.what})
+            got = invoke(_SPLIT, [above, scope.predicate], scope.split_args())
         scope.splits[key] = got
     return got
 
@@ -169,7 +177,7 @@ def scoped_inputs(op_name: str, inputs: list, arg_nodes: dict):
     into it, and an operator with no positional input waits for the branch's predicate (it runs
     for the branch's samples only). Returns (inputs, arg_nodes, scope, control_inputs)."""
     scope = current_scope()
-    if scope is None or op_name in (_SPLIT, _MERGE):
+    if scope is None or op_name in (_SPLIT, _MERGE, _MERGE_CASES):
         return inputs, arg_nodes, scope, []
     inputs = [bring(x, scope) for x in inputs]
     arg_nodes = {k: bring(v, scope) for k, v in arg_nodes.items()}
@@ -179,7 +187,7 @@ def scoped_inputs(op_name: str, inputs: list, arg_nodes: dict):
 def scope_sample_ids(scope: Scope, it) -> list[int]:
     """The indices in the whole batch (plus the iteration's refill offset) of the samples that
     run in ``scope`` in iteration ``it`` (an executor Iteration); cached in ``it.scopes``."""
-    from stoker.operators.tensor.conditional import predicate_mask
+    from stoker.operators.tensor.conditional import branch_labels
 
     ids = it.scopes.get(scope.id)
     if ids is None:
@@ -189,8 +197,8 @@ def scope_sample_ids(scope: Scope, it) -> list[int]:
             parent = range(it.offset, it.offset + len(pred))
         else:
             parent = scope_sample_ids(scope.parent, it)
-        mask = predicate_mask(pred, scope.what, _SPLIT, pred_node.source.origin)
-        ids = [p for p, m in zip(parent, mask) if m == scope.branch]
+        labels = branch_labels(pred, scope.cases, scope.what, _SPLIT, pred_node.source.origin)
+        ids = [p for p, m in zip(parent, labels.tolist()) if m == scope.branch]
         it.scopes[scope.id] = ids
     return ids
 
@@ -264,6 +272,31 @@ def if_exp(cond, on_true: Callable, on_false: Callable, what: str):
     return merge_value("<conditional expression>", a, b, t_scope, f_scope, pred)
 
 
+def select_stmt(index, branches: Sequence[Callable], state: tuple, names: Sequence[str], what: str) -> tuple:
+    """An n-way per-sample choice: each sample goes through ``branches[index]`` (the index clamped
+    to the cases, see :func:`stoker.operators.tensor.conditional.case_indices`); every branch is
+    traced on its sub-batch and each variable of ``names`` is merged once, in one step, whatever
+    the number of branches (a tree of two-way ifs merges and copies once per level).
+
+    ``branches[k](*state)`` returns the new values of ``names``. A plain Python index runs one branch.
+    """
+    if not branches:
+        raise PipelineBuildError(f"{what}: no branches to select from")
+    if not isinstance(index, DataNode):
+        return branches[min(max(int(np.ceil(index)), 0), len(branches) - 1)](*state)
+    if len(branches) == 1:
+        return branches[0](*state)
+    parent = current_scope()
+    pred = bring(index, parent)
+    _check_cpu(pred, what)
+    scopes = [Scope(parent, pred, k, what, cases=len(branches)) for k in range(len(branches))]
+    outs = []
+    for scope, branch in zip(scopes, branches):
+        with _in_scope(scope):
+            outs.append(branch(*state))
+    return tuple(_merge_values(name, [out[i] for out in outs], scopes, pred) for i, name in enumerate(names))
+
+
 def not_(value, what: str = "`not`"):
     """``not value``: a per-sample boolean DataNode for a DataNode, Python's ``not`` otherwise."""
     if isinstance(value, DataNode):
@@ -330,35 +363,52 @@ def merge_value(name: str, a, b, t_scope: Scope, f_scope: Scope, pred: DataNode)
     """The value of variable ``name`` after a per-sample if: ``a`` from the if branch, ``b`` from
     the else branch. DataNodes (and numbers, as constants) are merged per sample; lists, tuples
     and dicts element by element; equal Python values are kept."""
-    what = t_scope.what
-    if isinstance(a, Undefined) and isinstance(b, Undefined):
-        return a
-    if isinstance(a, Undefined) or isinstance(b, Undefined):
-        missing = "if" if isinstance(a, Undefined) else "else"
-        return Undefined(name, f"variable '{name}' is assigned in only one branch of {what} (the per-sample "
+    return _merge_values(name, [a, b], [t_scope, f_scope], pred)
+
+
+def _branch_name(scope: Scope) -> str:
+    if scope.cases:
+        return f"case {scope.branch}"
+    return "if" if scope.branch else "else"
+
+
+def _merge_values(name: str, values: list, scopes: list[Scope], pred: DataNode):
+    """:func:`merge_value` for the branches of an if (``[if, else]``) or the cases of a select."""
+    what = scopes[0].what
+    undefined = [isinstance(v, Undefined) for v in values]
+    if all(undefined):
+        return values[0]
+    if any(undefined):
+        missing = _branch_name(scopes[undefined.index(True)])
+        where = "one branch" if len(values) == 2 else "some cases"
+        return Undefined(name, f"variable '{name}' is assigned in only {where} of {what} (the per-sample "
                                f"condition): it must also be assigned in the `{missing}` branch (or before "
                                "the if) to be used after it")
-    if _same(a, b):
-        return a
-    mergeable = [isinstance(x, DataNode) or _is_number_like(x) for x in (a, b)]
-    if (isinstance(a, DataNode) or isinstance(b, DataNode)) and not all(mergeable):
-        other = type(b if isinstance(a, DataNode) else a).__name__
+    if all(_same(values[0], v) for v in values[1:]):
+        return values[0]
+    mergeable = [isinstance(x, DataNode) or _is_number_like(x) for x in values]
+    if any(isinstance(v, DataNode) for v in values) and not all(mergeable):
+        other = type(values[mergeable.index(False)]).__name__
         raise PipelineBuildError(
-            f"variable '{name}' is a batch in one branch of {what} and a {other} in the other: both "
+            f"variable '{name}' is a batch in one branch of {what} and a {other} in another: all "
             "branches must give batches (or numbers) to merge per sample")
     if all(mergeable):
-        a, b = _node_in(a, t_scope), _node_in(b, f_scope)
-        if a.device != b.device:  # (a number assigned in one branch, a GPU batch in the other)
-            a, b = _on_gpu(a, t_scope), _on_gpu(b, f_scope)
-        with _in_scope(t_scope.parent):
-            return invoke(_MERGE, [a, b, pred], {"variable": name, "what": what})
-    if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
-        return type(a)(merge_value(f"{name}[{i}]", x, y, t_scope, f_scope, pred) for i, (x, y) in
-                       enumerate(zip(a, b)))
-    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-        return {k: merge_value(f"{name}[{k!r}]", a[k], b[k], t_scope, f_scope, pred) for k in a}
+        nodes = [_node_in(v, sc) for v, sc in zip(values, scopes)]
+        if len({x.device for x in nodes}) > 1:  # (a number assigned in one branch, a GPU batch in another)
+            nodes = [_on_gpu(x, sc) for x, sc in zip(nodes, scopes)]
+        with _in_scope(scopes[0].parent):
+            if scopes[0].cases:
+                return invoke(_MERGE_CASES, [*nodes, pred], {"variable": name, "what": what})
+            return invoke(_MERGE, [*nodes, pred], {"variable": name, "what": what})
+    first = values[0]
+    if isinstance(first, (list, tuple)) and all(type(v) is type(first) and len(v) == len(first) for v in values):
+        return type(first)(_merge_values(f"{name}[{i}]", list(items), scopes, pred)
+                           for i, items in enumerate(zip(*values)))
+    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
+        return {k: _merge_values(f"{name}[{k!r}]", [v[k] for v in values], scopes, pred) for k in first}
+    shown = " and ".join(repr(v) for v in values) if len(values) == 2 else ", ".join(repr(v) for v in values)
     raise PipelineBuildError(
-        f"variable '{name}' has different Python values in the two branches of {what} ({a!r} and {b!r}): "
+        f"variable '{name}' has different Python values in the branches of {what} ({shown}): "
         "with a per-sample condition only batches and numbers can differ between the branches")
 
 

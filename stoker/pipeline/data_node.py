@@ -249,7 +249,7 @@ _INTERNAL_DEVICES = {"cpu_from_gpu": "cpu"}
 
 
 # Operators whose last input (a per-sample if's predicate) stays a CPU batch on the GPU.
-_HOST_PREDICATE_OPS = ("_conditional.split", "_conditional.merge")
+_HOST_PREDICATE_OPS = ("_conditional.split", "_conditional.merge", "_conditional.merge_cases")
 
 
 def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) -> DataNode | tuple:

@@ -10,27 +10,18 @@ from stoker.pipeline import conditionals
 def select(ops: Sequence, selected_op_idx, *op_args, **op_kwargs):
     """Apply ``ops[selected_op_idx]`` to each sample, as if by ``ops[i](*op_args, **op_kwargs)``.
 
-    ``selected_op_idx`` is a batch of indices in ``[0, len(ops) - 1]`` (or an int). The batch is
-    split among the ops with a binary tree of per-sample conditionals (``idx <= mid``), so each op
-    runs only on its samples; DataNodes among the arguments are split along. Works whether or not
-    the pipeline enables conditionals (it calls :mod:`stoker.pipeline.conditionals` directly).
+    ``selected_op_idx`` is a batch of indices in ``[0, len(ops) - 1]`` (or an int; values outside
+    are clamped). The batch is split among the ops in one n-way per-sample choice, so each op runs
+    only on its samples and the results are gathered back in one copy; DataNodes among the
+    arguments are split along. Works whether or not the pipeline enables conditionals (it calls
+    :mod:`stoker.pipeline.conditionals` directly).
     """
     if not ops:
         raise ValueError("select: the list of ops is empty")
 
-    def pick(lo: int, hi: int, args: tuple, kwargs: dict):
-        if lo == hi:
-            return ops[lo](*args, **kwargs)
-        mid = (lo + hi) // 2
+    def case(op):
+        return lambda: (op(*op_args, **op_kwargs),)
 
-        def low(*state):
-            return (pick(lo, mid, args, kwargs),)
-
-        def high(*state):
-            return (pick(mid + 1, hi, args, kwargs),)
-
-        out, = conditionals.if_stmt(selected_op_idx <= mid, low, high, (None,), ("output",),
-                                    f"select among ops {lo}..{hi}")
-        return out
-
-    return pick(0, len(ops) - 1, op_args, op_kwargs)
+    out, = conditionals.select_stmt(selected_op_idx, [case(op) for op in ops], (), ("output",),
+                                    f"select among {len(ops)} ops")
+    return out

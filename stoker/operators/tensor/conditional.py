@@ -20,20 +20,17 @@ from stoker.tensors import TensorListCPU, batch_of_arrays
 _WHAT = Arg("what", "str", "", doc="(internal) the user's statement and line, for error messages")
 
 
-def predicate_mask(pred: TensorListCPU, what: str, operator: str = "if", origin: str = "") -> list[bool]:
-    """The truth value of each sample of a predicate batch.
-
-    Each sample must be a scalar (a 0-d tensor) of a boolean or numeric type;
-    numbers are true when nonzero, as in Python and DALI.
-    """
+def _scalar_values(pred: TensorListCPU, what: str, operator: str, origin: str) -> np.ndarray:
+    """Each sample of a predicate batch as one number (checks that every sample is a numeric or
+    boolean scalar, a 0-d tensor)."""
     samples = pred.samples()
     try:  # the usual case, every sample a numeric or boolean scalar, in one NumPy step
         flat = np.asarray(samples)
     except ValueError:
         flat = None
     if flat is not None and flat.shape == (len(samples),) and flat.dtype.kind in "biuf":
-        return (flat != 0).tolist()
-    mask = []
+        return flat
+    values = []
     for i, s in enumerate(samples):
         arr = np.asarray(s)
         if arr.ndim != 0 or arr.dtype.kind not in "biuf":
@@ -44,8 +41,38 @@ def predicate_mask(pred: TensorListCPU, what: str, operator: str = "if", origin:
                 "or compare it to a value)",
                 operator=operator, origin=origin, sample_index=i,
                 source=pred.source_info(i) if i < len(pred.source_info()) else "")
-        mask.append(bool(arr))
-    return mask
+        values.append(arr.item())
+    return np.asarray(values)
+
+
+def predicate_mask(pred: TensorListCPU, what: str, operator: str = "if", origin: str = "") -> list[bool]:
+    """The truth value of each sample of a predicate batch.
+
+    Each sample must be a scalar (a 0-d tensor) of a boolean or numeric type;
+    numbers are true when nonzero, as in Python and DALI.
+    """
+    return (_scalar_values(pred, what, operator, origin) != 0).tolist()
+
+
+def case_indices(index: TensorListCPU, cases: int, what: str, operator: str = "select",
+                 origin: str = "") -> np.ndarray:
+    """Which of ``cases`` branches each sample of an index batch takes (an int64 array).
+
+    The index is clamped to ``[0, cases - 1]``; a fractional index ``x`` takes case ``ceil(x)``
+    and NaN the last case. That is where a binary tree of ``index <= middle`` conditions sends
+    each value, so an n-way select gives what nested two-way ifs would.
+    """
+    values = _scalar_values(index, what, operator, origin)
+    if values.dtype.kind == "f":
+        values = np.where(np.isnan(values), cases - 1, np.ceil(values))
+    return np.clip(values, 0, cases - 1).astype(np.int64)
+
+
+def branch_labels(pred: TensorListCPU, cases: int, what: str, operator: str, origin: str) -> np.ndarray:
+    """Per sample, the branch it takes: a bool array for an if (``cases == 0``), else case indices."""
+    if cases:
+        return case_indices(pred, cases, what, operator, origin)
+    return np.asarray(predicate_mask(pred, what, operator, origin), bool)
 
 
 @register
@@ -55,7 +82,10 @@ class Split(Operator):
     schema = Schema(
         name="_conditional.split",
         doc="Keeps the samples whose predicate equals `branch` (one side of a per-sample if).",
-        args=[Arg("branch", "bool", True, doc="True: the if branch; False: the else branch"), _WHAT],
+        args=[Arg("branch", "bool", True, doc="True: the if branch; False: the else branch"),
+              Arg("cases", "int", 0, doc="(internal) 0: a two-way if; n: one of n cases of a select"),
+              Arg("case", "int", 0, doc="(internal) with `cases`: the case whose samples are kept"),
+              _WHAT],
         inputs=(2, 2),
         devices=("cpu", "gpu"),
     )
@@ -65,10 +95,16 @@ class Split(Operator):
         if len(data) != len(pred):
             raise OperatorError(f"the data has {len(data)} samples but the condition {len(pred)}",
                                 operator=self.instance_name, origin=self.origin)
-        mask = predicate_mask(pred, self.args["what"], self.instance_name, self.origin)
-        keep = [i for i, m in enumerate(mask) if m == self.args["branch"]]
+        keep = split_positions(self, pred).tolist()
         samples, sources = data.samples(), data.source_info()
         return [batch_of_arrays([samples[i] for i in keep], data.layout(), [sources[i] for i in keep])]
+
+
+def split_positions(op: Operator, pred: TensorListCPU) -> np.ndarray:
+    """The positions of the samples a split (``op``) keeps, in order."""
+    a = op.args
+    labels = branch_labels(pred, a.get("cases", 0), a["what"], op.instance_name, op.origin)
+    return np.flatnonzero(labels == (a["case"] if a.get("cases", 0) else a["branch"]))
 
 
 @register
@@ -121,6 +157,63 @@ class Merge(Operator):
                 f"from both branches into one batch, but its {problem}. Make both branches produce the "
                 "same type and dimensionality (e.g. fn.cast, fn.reshape)",
                 operator=self.instance_name, origin=self.origin)
+
+
+@register
+class MergeCases(Operator):
+    """One batch from the n cases of a per-sample select, in the original sample order."""
+
+    schema = Schema(
+        name="_conditional.merge_cases",
+        doc="Interleaves the batches of the n cases of a select (inputs: case 0 .. n-1, then the "
+            "index batch) back into one batch by each sample's case.",
+        args=[Arg("variable", "str", "", doc="(internal) the merged variable's name, for errors"), _WHAT],
+        inputs=(3, 999),
+        devices=("cpu", "gpu"),
+    )
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        *cases, index = inputs
+        labels = case_labels_for_merge(self, cases, index)
+        check_cases_alike(self, [(c.samples()[0], c.layout()) if len(c) else None for c in cases])
+        samples, sources = np.empty(labels.size, object), np.empty(labels.size, object)
+        for k, c in enumerate(cases):
+            where = np.flatnonzero(labels == k)
+            for i, s, src in zip(where.tolist(), c.samples(), c.source_info()):
+                samples[i], sources[i] = s, src
+        layout = next((c.layout() for c in cases if len(c) and c.layout()), "")
+        return [batch_of_arrays(list(samples), layout, list(sources))]
+
+
+def case_labels_for_merge(op: Operator, cases: list, index) -> np.ndarray:
+    """Each sample's case for a merge of ``cases``; checks that every case gave its samples."""
+    labels = case_indices(index, len(cases), op.args["what"], op.instance_name, op.origin)
+    counts = np.bincount(labels, minlength=len(cases))
+    got = [len(c) for c in cases]
+    if counts.tolist() != got:
+        raise OperatorError(f"variable '{op.args['variable']}': the cases gave {got} samples for "
+                            f"{counts.tolist()} selections", operator=op.instance_name, origin=op.origin)
+    return labels
+
+
+def check_cases_alike(op: Operator, firsts: list) -> None:
+    """Every case that has samples gives one element type, dimensionality and layout (as an if's
+    branches must). ``firsts``: per case, (an array-like first sample, layout) or None when empty."""
+    present = [(k, f) for k, f in enumerate(firsts) if f is not None]
+    for k, (sample, layout) in present[1:]:
+        k0, (first, layout0) = present[0]
+        problem = None
+        if sample.dtype != first.dtype:
+            problem = f"types differ: {first.dtype} in case {k0}, {sample.dtype} in case {k}"
+        elif sample.ndim != first.ndim:
+            problem = f"numbers of dimensions differ: {first.ndim} in case {k0}, {sample.ndim} in case {k}"
+        elif layout and layout0 and layout != layout0:
+            problem = f"layouts differ: '{layout0}' in case {k0}, '{layout}' in case {k}"
+        if problem:
+            raise OperatorError(
+                f"variable '{op.args['variable']}' of {op.args['what'] or 'a per-sample select'} is merged "
+                f"from every case into one batch, but its {problem}. Make every case produce the same type "
+                "and dimensionality (e.g. fn.cast, fn.reshape)", operator=op.instance_name, origin=op.origin)
 
 
 @register

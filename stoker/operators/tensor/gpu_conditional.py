@@ -16,7 +16,12 @@ import numpy as np
 
 from stoker.errors import OperatorError
 from stoker.operators.gpu_registry import contiguous_samples, flat_offsets, grid_for, register_gpu, upload_table
-from stoker.operators.tensor.conditional import predicate_mask
+from stoker.operators.tensor.conditional import (
+    case_labels_for_merge,
+    check_cases_alike,
+    predicate_mask,
+    split_positions,
+)
 
 
 def _placement(x):
@@ -38,8 +43,7 @@ def gpu_split(op, batch, inputs, arg_inputs):
     if len(data) != len(pred):
         raise OperatorError(f"the data has {len(data)} samples but the condition {len(pred)}",
                             operator=op.instance_name, origin=op.origin)
-    mask = np.asarray(predicate_mask(pred, op.args["what"], op.instance_name, op.origin), bool)
-    keep = np.flatnonzero(mask == bool(op.args["branch"]))
+    keep = split_positions(op, pred)
     sources = data.source_info()
     kept_sources = [sources[i] for i in keep.tolist()]
     if keep.size == len(data):
@@ -56,9 +60,6 @@ def gpu_split(op, batch, inputs, arg_inputs):
 @register_gpu("_conditional.merge", devices=("gpu",))
 def gpu_merge(op, batch, inputs, arg_inputs):
     """The two branches' GPU batches back in the original sample order, in one flat buffer."""
-    from stoker.backend import cuda
-    from stoker.tensors_gpu import TensorListGPU
-
     on_true, on_false, pred = inputs
     mask = np.asarray(predicate_mask(pred, op.args["what"], op.instance_name, op.origin), bool)
     count = int(mask.sum())
@@ -68,35 +69,64 @@ def gpu_merge(op, batch, inputs, arg_inputs):
             f"samples for {count} true and {mask.size - count} false conditions",
             operator=op.instance_name, origin=op.origin)
     _check_alike(op, on_true, on_false)
-    layout = on_true.layout() or on_false.layout()
-    sources = np.empty(mask.size, object)
-    sources[mask], sources[~mask] = on_true.source_info()[:count], on_false.source_info()[:mask.size - count]
-    if count == mask.size or count == 0:
-        whole = on_true if count else on_false
-        return [TensorListGPU(whole, layout, sources.tolist())]
-    dtype = on_true.element_dtype()
-    t_ptrs, t_shapes = _placement(on_true)
-    f_ptrs, f_shapes = _placement(on_false)
-    shapes = np.empty((mask.size, t_shapes.shape[1]), np.int64)
-    shapes[mask], shapes[~mask] = t_shapes, f_shapes
-    src = np.empty(mask.size, np.int64)
-    src[mask], src[~mask] = t_ptrs, f_ptrs
+    labels = np.where(mask, 0, 1)
+    return [_merge(batch, [on_true, on_false], labels)]
+
+
+@register_gpu("_conditional.merge_cases", devices=("gpu",))
+def gpu_merge_cases(op, batch, inputs, arg_inputs):
+    """The n cases' GPU batches of a select back in the original sample order, in one flat buffer
+    (one copy whatever the number of cases)."""
+    *cases, index = inputs
+    labels = case_labels_for_merge(op, cases, index)
+    check_cases_alike(op, [(np.empty((0,) * c.ndim, c.element_dtype()), c.layout()) if len(c) else None
+                           for c in cases])
+    if any(len(c) and c.element_dtype().itemsize not in (1, 2, 4, 8) for c in cases):
+        raise OperatorError(f"variable '{op.args['variable']}': its element type has no GPU copy",
+                            operator=op.instance_name, origin=op.origin)
+    return [_merge(batch, cases, labels)]
+
+
+def _merge(batch, branches: list, labels: np.ndarray):
+    """``branches[k]`` holds, in order, the samples whose label is k: one flat batch of them all in
+    label order, written by one launch of the batched copy kernel (no copy when one branch took
+    every sample)."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    present = [k for k, b in enumerate(branches) if len(b)]
+    layout = next((branches[k].layout() for k in present if branches[k].layout()), "")
+    sources = np.empty(labels.size, object)
+    for k in present:
+        sources[labels == k] = branches[k].source_info()[:len(branches[k])]
+    if len(present) <= 1:
+        whole = branches[present[0]] if present else branches[0]
+        return TensorListGPU(whole, layout, sources.tolist())
+    dtype = branches[present[0]].element_dtype()
+    shapes = src = None
+    for k in present:
+        ptrs, part_shapes = _placement(branches[k])
+        if shapes is None:
+            shapes = np.empty((labels.size, part_shapes.shape[1]), np.int64)
+            src = np.empty(labels.size, np.int64)
+        sel = labels == k
+        shapes[sel], src[sel] = part_shapes, ptrs
     sizes = np.prod(shapes, axis=1, dtype=np.int64)
     offsets = flat_offsets(sizes)
     cp = cuda._cupy()
     buf = cp.empty(max(int(sizes.sum()), 1), dtype)
     if sizes.any():
         # window_copy's table, one dimension per sample: a plain copy of `sizes[i]` elements
-        tab = np.zeros((mask.size, 32), np.int64)
+        tab = np.zeros((labels.size, 32), np.int64)
         tab[:, 0], tab[:, 1], tab[:, 2], tab[:, 3] = src, buf.data.ptr + offsets * dtype.itemsize, sizes, 1
         tab[:, 5] = -1
         tab[:, 11] = tab[:, 17] = sizes  # output and input extents of the innermost dimension
         tab[:, 23] = 1  # its stride
-        grid, block = grid_for(int(sizes.max()), mask.size)
+        grid, block = grid_for(int(sizes.max()), labels.size)
         fills = np.zeros(1, np.dtype(f"u{dtype.itemsize}"))
         kernel = cuda.load_kernel("window_copy", f"window_copy_{dtype.itemsize}")
         kernel(grid, block, (upload_table(tab, batch), upload_table(fills, batch)))
-    return [TensorListGPU.from_flat(buf, offsets, shapes, layout, sources.tolist())]
+    return TensorListGPU.from_flat(buf, offsets, shapes, layout, sources.tolist())
 
 
 def _check_alike(op, a, b) -> None:
