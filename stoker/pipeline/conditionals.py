@@ -198,7 +198,7 @@ def scope_sample_ids(scope: Scope, it) -> list[int]:
         else:
             parent = scope_sample_ids(scope.parent, it)
         labels = branch_labels(pred, scope.cases, scope.what, _SPLIT, pred_node.source.origin)
-        ids = [p for p, m in zip(parent, labels.tolist()) if m == scope.branch]
+        ids = np.asarray(parent, np.int64)[labels == scope.branch].tolist()
         it.scopes[scope.id] = ids
     return ids
 

@@ -23,6 +23,9 @@ _WHAT = Arg("what", "str", "", doc="(internal) the user's statement and line, fo
 def _scalar_values(pred: TensorListCPU, what: str, operator: str, origin: str) -> np.ndarray:
     """Each sample of a predicate batch as one number (checks that every sample is a numeric or
     boolean scalar, a 0-d tensor)."""
+    dense = getattr(pred, "_dense", None)  # (a whole-batch operator's output: no per-sample step)
+    if dense is not None and dense.ndim == 1 and len(dense) == len(pred) and dense.dtype.kind in "biuf":
+        return dense
     samples = pred.samples()
     try:  # the usual case, every sample a numeric or boolean scalar, in one NumPy step
         flat = np.asarray(samples)
@@ -69,10 +72,27 @@ def case_indices(index: TensorListCPU, cases: int, what: str, operator: str = "s
 
 
 def branch_labels(pred: TensorListCPU, cases: int, what: str, operator: str, origin: str) -> np.ndarray:
-    """Per sample, the branch it takes: a bool array for an if (``cases == 0``), else case indices."""
-    if cases:
-        return case_indices(pred, cases, what, operator, origin)
-    return np.asarray(predicate_mask(pred, what, operator, origin), bool)
+    """Per sample, the branch it takes: a bool array for an if (``cases == 0``), else case indices.
+
+    Kept on the predicate batch (batches are not changed once made): every split of a
+    conditional, and the executor's sample numbering, ask again for the same predicate.
+    """
+    cache = getattr(pred, "_branch_labels", None)
+    if cache is None:
+        cache = {}
+        try:
+            pred._branch_labels = cache
+        except AttributeError:  # (a batch type without a __dict__: no cache)
+            pass
+    labels = cache.get(cases)
+    if labels is None:
+        if cases:
+            labels = case_indices(pred, cases, what, operator, origin)
+        else:
+            labels = np.asarray(predicate_mask(pred, what, operator, origin), bool)
+        labels.flags.writeable = False
+        cache[cases] = labels
+    return labels
 
 
 @register
@@ -121,7 +141,7 @@ class Merge(Operator):
 
     def run_cpu(self, batch, inputs, arg_inputs):
         on_true, on_false, pred = inputs
-        mask = predicate_mask(pred, self.args["what"], self.instance_name, self.origin)
+        mask = branch_labels(pred, 0, self.args["what"], self.instance_name, self.origin).tolist()
         count = sum(mask)
         if (count, len(mask) - count) != (len(on_true), len(on_false)):
             raise OperatorError(
@@ -187,7 +207,7 @@ class MergeCases(Operator):
 
 def case_labels_for_merge(op: Operator, cases: list, index) -> np.ndarray:
     """Each sample's case for a merge of ``cases``; checks that every case gave its samples."""
-    labels = case_indices(index, len(cases), op.args["what"], op.instance_name, op.origin)
+    labels = branch_labels(index, len(cases), op.args["what"], op.instance_name, op.origin)
     counts = np.bincount(labels, minlength=len(cases))
     got = [len(c) for c in cases]
     if counts.tolist() != got:

@@ -17,9 +17,9 @@ import numpy as np
 from stoker.errors import OperatorError
 from stoker.operators.gpu_registry import contiguous_samples, flat_offsets, grid_for, register_gpu, upload_table
 from stoker.operators.tensor.conditional import (
+    branch_labels,
     case_labels_for_merge,
     check_cases_alike,
-    predicate_mask,
     split_positions,
 )
 
@@ -61,7 +61,7 @@ def gpu_split(op, batch, inputs, arg_inputs):
 def gpu_merge(op, batch, inputs, arg_inputs):
     """The two branches' GPU batches back in the original sample order, in one flat buffer."""
     on_true, on_false, pred = inputs
-    mask = np.asarray(predicate_mask(pred, op.args["what"], op.instance_name, op.origin), bool)
+    mask = branch_labels(pred, 0, op.args["what"], op.instance_name, op.origin)
     count = int(mask.sum())
     if (count, mask.size - count) != (len(on_true), len(on_false)):
         raise OperatorError(
