@@ -73,7 +73,8 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1, enable_conditionals=conditional)
     def pipe():
         if case.startswith("pipeline:"):
-            return op_zoo.PIPELINES[case.split(":", 1)[1]](fn, types, root)
+            name = case.split(":", 1)[1]
+            return {**op_zoo.PIPELINES, **op_zoo.PROBES}[name](fn, types, root)
         x, labels = op_zoo.decode_resize(fn, types, root)
         if case != "baseline":
             x = op_zoo.OPS[case](fn, types, x)

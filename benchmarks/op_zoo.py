@@ -223,9 +223,28 @@ def segmentation_style(fn, types, root: str):
     return x, fn.crop(mask, crop=(224, 224))
 
 
+def detection_decode(fn, types, root: str):
+    """The detection pipeline's fixed part alone (probe): full decode, resize shorter 320, padded
+    crop 384, cast / 255."""
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    x = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+    x = fn.resize(x, resize_shorter=320)
+    x = fn.crop(x, crop=(384, 384), out_of_bounds_policy="pad", fill_values=0)
+    return _cast_scale(fn, types, x), labels
+
+
+def decode_only(fn, types, root: str):
+    """Full-size decode alone (probe), with a trivial crop so the output is one shape."""
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    x = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+    return fn.crop(x, crop=(64, 64)), labels
+
+
 PIPELINES = {"train": standard_train, "val": standard_val, "augmented": augmented_classification,
              "detection": detection_style, "ssd": ssd_style,
              "segmentation": segmentation_style,
              "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
+# Partial pipelines that tell where a zoo pipeline's time goes (``--pipelines`` takes their names too).
+PROBES = {"detection_decode": detection_decode, "decode_only": decode_only}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
 CONDITIONAL = {"rand_augment", "trivial_augment"}

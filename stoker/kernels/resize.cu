@@ -36,35 +36,76 @@ __device__ __forceinline__ float tap_weight(const Taps& t, int i) {
   return d < 1.f ? 1.f - d : 0.f;
 }
 
-template <int C>
-__device__ __forceinline__ void resample(const unsigned char* src, long long stride, int H, int W,
-                                         float cy, float cx, float sy, float sx, float acc[C]) {
-  Taps ty = make_taps(cy, sy), tx = make_taps(cx, sx);
-  float wsum_y = 0.f;
+// Horizontal weights of up to kRegTaps taps are kept in registers (a fixed-size, fully unrolled
+// array); wider filters (shrinking by more than ~3x) compute each weight where it is used. The
+// sums are the same, in the same order, either way.
+constexpr int kRegTaps = 8;
+
+// One source row's contribution: wy * sum_i wx[i] * row[x_i]. kRegs: the weights are in `wx`
+// (registers: constant indices once unrolled); else each is computed where it is used.
+template <int C, bool kRegs>
+__device__ __forceinline__ void accumulate_row(const unsigned char* row, int W, const Taps& tx, float wy,
+                                               const float (&wx)[kRegTaps], float acc[C]) {
+  float racc[C];
 #pragma unroll
-  for (int c = 0; c < C; ++c) acc[c] = 0.f;
-  float wx[64];
-  int nx = tx.n < 64 ? tx.n : 64;
-  float wsum_x = 0.f;
-  for (int i = 0; i < nx; ++i) { wx[i] = tap_weight(tx, i); wsum_x += wx[i]; }
-  for (int j = 0; j < ty.n; ++j) {
-    float wy = tap_weight(ty, j);
-    if (wy == 0.f) continue;
-    int y = min(max(ty.lo + j, 0), H - 1);
-    const unsigned char* row = src + (long long)y * stride;
-    float racc[C];
+  for (int c = 0; c < C; ++c) racc[c] = 0.f;
+  if (kRegs) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) racc[c] = 0.f;
-    for (int i = 0; i < nx; ++i) {
-      if (wx[i] == 0.f) continue;
+    for (int i = 0; i < kRegTaps; ++i) {
+      if (i >= tx.n || wx[i] == 0.f) continue;
       int x = min(max(tx.lo + i, 0), W - 1);
       const unsigned char* p = row + x * C;
 #pragma unroll
       for (int c = 0; c < C; ++c) racc[c] += wx[i] * (float)p[c];
     }
+  } else {
+    for (int i = 0; i < tx.n; ++i) {
+      float w = tap_weight(tx, i);
+      if (w == 0.f) continue;
+      int x = min(max(tx.lo + i, 0), W - 1);
+      const unsigned char* p = row + x * C;
 #pragma unroll
-    for (int c = 0; c < C; ++c) acc[c] += wy * racc[c];
+      for (int c = 0; c < C; ++c) racc[c] += w * (float)p[c];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] += wy * racc[c];
+}
+
+template <int C, bool kRegs>
+__device__ __forceinline__ float filter_rows(const unsigned char* src, long long stride, int H, int W,
+                                             const Taps& ty, const Taps& tx, const float (&wx)[kRegTaps],
+                                             float acc[C]) {
+  float wsum_y = 0.f;
+  for (int j = 0; j < ty.n; ++j) {
+    float wy = tap_weight(ty, j);
+    if (wy == 0.f) continue;
+    int y = min(max(ty.lo + j, 0), H - 1);
+    accumulate_row<C, kRegs>(src + (long long)y * stride, W, tx, wy, wx, acc);
     wsum_y += wy;
+  }
+  return wsum_y;
+}
+
+template <int C>
+__device__ __forceinline__ void resample(const unsigned char* src, long long stride, int H, int W,
+                                         float cy, float cx, float sy, float sx, float acc[C]) {
+  Taps ty = make_taps(cy, sy), tx = make_taps(cx, sx);
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.f;
+  float wx[kRegTaps];
+  float wsum_x = 0.f;
+  float wsum_y;
+  if (tx.n <= kRegTaps) {
+#pragma unroll
+    for (int i = 0; i < kRegTaps; ++i) {
+      wx[i] = i < tx.n ? tap_weight(tx, i) : 0.f;
+      if (i < tx.n) wsum_x += wx[i];
+    }
+    wsum_y = filter_rows<C, true>(src, stride, H, W, ty, tx, wx, acc);
+  } else {
+    for (int i = 0; i < tx.n; ++i) wsum_x += tap_weight(tx, i);
+    wsum_y = filter_rows<C, false>(src, stride, H, W, ty, tx, wx, acc);
   }
   float norm = 1.f / (wsum_y * wsum_x);
 #pragma unroll
