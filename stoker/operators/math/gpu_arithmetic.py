@@ -60,6 +60,28 @@ def _sample_of_element(cp, offsets, sizes, start: int, end: int):
     return cp.asarray(order)[seg]
 
 
+def _rows_of_samples(offsets, sizes, start: int, end: int):
+    """When every non-empty sample has one size ``s`` and starts at ``start + k * s`` (a dense
+    batch, or a branch's samples taken from one): ``(s, row_sample)``, the sample whose value each
+    row of ``s`` elements of ``[start, end)`` takes (a row between samples takes the one before).
+    A per-sample value then spreads as a ``(rows, 1)`` column: no per-element index arrays.
+    None otherwise."""
+    keep = np.flatnonzero(sizes > 0)
+    if not keep.size:
+        return None
+    s = int(sizes[keep[0]])
+    rel = offsets[keep] - start
+    if (sizes[keep] != s).any() or (rel % s).any() or (end - start) % s:
+        return None
+    rows = (end - start) // s
+    row_sample = np.full(rows, -1, np.int64)
+    row_sample[rel // s] = keep
+    if np.unique(rel).size != rel.size or row_sample[0] < 0:
+        return None
+    taken = np.where(row_sample >= 0, np.arange(rows), 0)
+    return s, row_sample[np.maximum.accumulate(taken)]
+
+
 @register_gpu("_arithmetic")
 def gpu_arithmetic(op, batch, inputs, arg_inputs):
     """``_arithmetic`` on GPU batches."""
@@ -80,6 +102,15 @@ def gpu_arithmetic(op, batch, inputs, arg_inputs):
         sizes = np.prod(shapes, axis=1, dtype=np.int64)
         start = int(offsets.min())
         end = int((offsets + sizes).max()) if sizes.any() else start
+        rows = _rows_of_samples(offsets, sizes, start, end) if "spread" in roles and end > start else None
+        if rows is not None:  # every sample one size, on a grid: values spread as a column
+            size, row_sample = rows
+            count = row_sample.size
+            flat = [buf[start:end].reshape(count, size) if role == "same" else
+                    buf[cp.asarray(off)][cp.asarray(row_sample)].reshape(count, 1)
+                    for (buf, off, _), role in zip(parts, roles)]
+            result = evaluate(op.args, flat, cp).reshape(-1)
+            return [TensorListGPU.from_flat(result, offsets - start, shapes, layout, source)]
         sample = _sample_of_element(cp, offsets, sizes, start, end) if "spread" in roles and end > start else None
         if sample is not None or end == start or "spread" not in roles:
             flat = []

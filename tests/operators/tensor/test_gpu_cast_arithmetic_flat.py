@@ -173,3 +173,37 @@ def test_all_empty_samples(cp):
     s = TensorListGPU(cp.asarray(np.array([2.0, 3.0], np.float32)))
     (out,) = _op("_arithmetic", expr="mul").run_gpu(BatchContext(batch_size=2), [x, s], {})
     assert out.shape() == [(0, 3, 3), (2, 0, 3)] and out.element_dtype() == np.float32
+
+
+@pytest.mark.parametrize("pattern", ["dense", "branch", "branch_unsorted"])
+def test_spread_scalars_over_equal_samples_on_a_grid_take_rows(cp, monkeypatch, pattern):
+    """Samples of one size at multiples of that size (a dense batch, or the samples a branch of a
+    per-sample if keeps of one, with other samples' rows between them): each per-sample value
+    spreads as a column over rows, with no per-element sample index (no searchsorted)."""
+    from stoker.tensors_gpu import TensorListGPU
+
+    rng = np.random.default_rng(5)
+    whole = rng.integers(0, 255, (9, 4, 5, 3)).astype(np.uint8)
+    buf = cp.asarray(whole.ravel())
+    keep = {"dense": [0, 1, 2, 3, 4, 5, 6, 7, 8], "branch": [1, 2, 5, 8], "branch_unsorted": [8, 2, 5, 1]}[pattern]
+    size = whole[0].size
+    x = TensorListGPU.from_flat(buf, np.array(keep, np.int64) * size, np.array([whole[0].shape] * len(keep)), "HWC")
+    values = rng.uniform(0.5, 1.5, len(keep)).astype(np.float32)
+    s = TensorListGPU(cp.asarray(values))
+    monkeypatch.setattr(ga, "_sample_of_element", lambda *a: pytest.fail("per-element sample index built"))
+    for kw, inputs, pick in ((dict(expr="mul"), [x, s], lambda i: [whole[keep[i]], values[i]]),
+                             (dict(expr="sub"), [s, x], lambda i: [values[i], whole[keep[i]]])):
+        op = _op("_arithmetic", **kw)
+        (out,) = op.run_gpu(BatchContext(batch_size=len(keep)), inputs, {})
+        for i, g in enumerate(_samples(out)):
+            want = evaluate(op.args, pick(i))
+            assert g.dtype == want.dtype and g.shape == want.shape
+            np.testing.assert_array_equal(g, want)
+
+
+def test_rows_of_samples_refuses_what_is_not_a_grid():
+    sizes = np.array([6, 6, 6])
+    assert ga._rows_of_samples(np.array([0, 6, 18]), sizes, 0, 24)[1].tolist() == [0, 1, 1, 2]
+    assert ga._rows_of_samples(np.array([0, 7, 18]), sizes, 0, 24) is None  # off the grid
+    assert ga._rows_of_samples(np.array([0, 6, 12]), np.array([6, 5, 6]), 0, 18) is None  # sizes differ
+    assert ga._rows_of_samples(np.array([0, 0, 12]), sizes, 0, 18) is None  # two samples in one place
