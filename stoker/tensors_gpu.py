@@ -203,7 +203,11 @@ class TensorListGPU(SampleList):
         if d is not None and d.ndim >= 1 and d.flags.c_contiguous:
             n = int(d.shape[0])
             per = int(np.prod(d.shape[1:], dtype=np.int64))
-            return d.reshape(-1), np.arange(n, dtype=np.int64) * per, np.tile(np.asarray(d.shape[1:], np.int64), (n, 1))
+            # kept: a batch is asked many times (each split of a per-sample if, each operator);
+            # everything else reads _dense first, so the batch stays a dense one
+            self._flat = (d.reshape(-1), np.arange(n, dtype=np.int64) * per,
+                          np.tile(np.asarray(d.shape[1:], np.int64), (n, 1)))
+            return self._flat
         return None
 
     # --- samples, made lazily ----------------------------------------------------
