@@ -132,6 +132,10 @@ class FileReader(Reader):
     def prepare(self) -> None:
         if not self.args["lazy_init"]:
             self._ensure_listed()
+        if self._use_worker:
+            # The I/O helper process starts now, at build, so that its start-up runs beside the
+            # rest of the build (CuPy, the decoders) instead of in front of the first batch.
+            self._io()
 
     def _ensure_listed(self) -> ShardedOrder:
         if self._order is not None:
