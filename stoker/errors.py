@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class StokerError(Exception):
     """Base class of stoker's errors."""
@@ -9,6 +11,12 @@ class StokerError(Exception):
 
 class PipelineBuildError(StokerError):
     """The pipeline graph or an operator's arguments cannot be built."""
+
+
+class CheckpointError(PipelineBuildError):
+    """A checkpoint cannot be restored: it is malformed (not the JSON object that
+    ``Pipeline.checkpoint()`` writes), or it was taken from another pipeline (another seed, other
+    readers, another data set, another stoker version: the message says what differs)."""
 
 
 class OperatorError(StokerError):
@@ -28,7 +36,7 @@ class OperatorError(StokerError):
         self.reason = message
         parts = [f"[{operator}]" if operator else "", message]
         if source:
-            parts.append(f"(sample: {source})")
+            parts.append(f"(sample: {printable(source)})")
         elif sample_index is not None:
             parts.append(f"(sample {sample_index} of the batch)")
         if origin:
@@ -46,6 +54,22 @@ class EndOfEpoch(StokerError, StopIteration):
 
 class ExternalSourceExhausted(StopIteration):
     """An external source raised StopIteration."""
+
+
+# Characters that must not reach a log or a report as they are: C0/C1 controls (a newline forges a
+# log line, an escape sequence drives the terminal), line and paragraph separators (new lines to
+# some log viewers) and the invisible format characters (bidirectional overrides reorder text).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff"
+                     "\ud800-\udfff]")
+
+
+def printable(name) -> str:
+    """``name`` as it may appear in a log line, an error message or an error report: unchanged
+    unless it holds control characters (see ``_UNSAFE``), else escaped as Python's ``repr``
+    writes it (quotes included), so that a file named ``"a\\nWARNING ..."`` cannot forge a
+    separate log line. Used for every file name and sample source stoker writes out."""
+    text = name if isinstance(name, str) else str(name)
+    return repr(text) if _UNSAFE.search(text) else text
 
 
 def arg_error(op: str, arg: str, message: str) -> PipelineBuildError:

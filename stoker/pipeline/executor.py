@@ -28,17 +28,43 @@ import os
 import queue
 import sys
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker.errors import OperatorError, StokerError, env_count
+from stoker.errors import OperatorError, StokerError, env_count, printable
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
+
+# Executors whose threads may still run (weak: a stage thread holds its executor anyway).
+# close_all() stops them before the interpreter finalizes; see its docstring for why.
+_open_executors: weakref.WeakSet = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every executor still open; run at interpreter exit (``Pipeline``'s atexit hook).
+
+    Why: the stage threads are daemon threads, and one may be inside OpenCV or torch with the
+    GIL released when the interpreter finalizes. On its way back it then calls pthread_exit
+    (Python < 3.14 ends daemon threads that way), whose forced unwinding through the library's
+    C++ frames calls std::terminate: "terminate called without an active exception", exit
+    code 134, in 6 of 10 runs of the Getting Started script without ``close()``. Joining the
+    threads before finalization means no thread is left in native code by then.
+    """
+    for ex in list(_open_executors):
+        try:
+            ex.close()
+        except Exception:  # noqa: BLE001 - at exit: close the others regardless
+            pass
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's threads to stop
+    os.register_at_fork(after_in_child=_open_executors.clear)
 
 
 def _cancel(prepared) -> None:
@@ -137,10 +163,12 @@ class Executor:
         self._chain_workers = None
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
+        self._close_lock = threading.Lock()  # a second close() waits until the first is done
         self._out: queue.Queue = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._pending = 0
         self._lock = threading.Lock()
+        _open_executors.add(self)  # (closed at interpreter exit: close_all)
         # STOKER_SERIAL_STAGES=1 makes the CPU and GPU stages take turns instead of overlapping.
         # Why it exists: nvImageCodec's Python binding hands the GIL back and forth per image, so
         # a busy CPU stage beside a decode slows the decode call (H100, batch 256: 84 ms per call
@@ -167,7 +195,7 @@ class Executor:
 
     def chain_workers(self):
         """The worker processes of fused chains, started on first use; None when not asked for."""
-        if self._chain_processes <= 0:
+        if self._chain_processes <= 0 or self._closed:  # (closed: none started again)
             return None
         if self._chain_workers is None:
             from stoker.pipeline.chain_processes import ChainWorkers
@@ -207,6 +235,8 @@ class Executor:
                 it = self._out.get(timeout=0.5)
                 break
             except queue.Empty:
+                if self._closed:  # (at exit, a daemon thread of the program's may still wait here)
+                    raise StokerError("the pipeline was closed") from None
                 if any(not t.is_alive() for t in self._threads):
                     raise StokerError("a stoker executor thread died unexpectedly") from None
         with self._lock:
@@ -222,19 +252,25 @@ class Executor:
         self._ended = False
 
     def close(self) -> None:
-        """Stop the worker threads and the pool; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.asynchronous:
-            self._in.put(_STOP)
-        for t in self._threads:
-            t.join(timeout=30)
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        if self._chain_workers is not None:
-            self._chain_workers.close()
-            self._chain_workers = None
+        """Stop the worker threads, the pool and the chain worker processes; safe to call twice
+        and from two threads (the second call returns once the first has finished: at exit
+        :func:`close_all` may meet a close that garbage collection started)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True  # the stage threads now skip the iterations still queued
+            if self.asynchronous:
+                self._in.put(_STOP)
+            me = threading.current_thread()
+            for t in self._threads:
+                if t is not me:
+                    t.join(timeout=30)
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            if self._chain_workers is not None:
+                self._chain_workers.close()
+                self._chain_workers = None
+            _open_executors.discard(self)
 
     # --- stages ------------------------------------------------------------
     def _start(self, target, name):
@@ -248,6 +284,10 @@ class Executor:
             if it is _STOP:
                 self._mid.put(_STOP)
                 return
+            if self._closed:  # closing: what is still queued is never consumed, so not computed
+                it.error = StokerError("the pipeline was closed")
+                self._mid.put(it)
+                continue
             with self._stage_lock:
                 self._run_cpu_stage(it)
             self._mid.put(it)
@@ -472,7 +512,9 @@ class Executor:
                 tr.substitutes.append(ordinal)
             if ordinal is not None and tr.is_padding(ordinal):
                 continue  # pad_last_batch repeats the pass's last sample: reported once already
-            it.reports.append({"source": err.source, "operator": err.operator, "reason": err.reason,
+            # Names and reasons go to logs: escaped where they hold control characters (printable).
+            it.reports.append({"source": printable(err.source) if err.source else err.source,
+                               "operator": err.operator, "reason": printable(err.reason),
                                "iteration": it.index, "action": "substituted" if policy == "substitute"
                                else "skipped",
                                "epoch": tr.epoch_of(ordinal) if ordinal is not None else None})

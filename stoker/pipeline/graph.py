@@ -93,16 +93,18 @@ class Graph:
 
     # --- checkpoint state ------------------------------------------------
     def source_state(self, iteration: int) -> dict:
+        from stoker.pipeline.checkpoint import source_key
+
         states = {}
         for k, node in enumerate(self.source_nodes):
             st = self.instances[node.id].state()
             if st:
-                states[node.args.get("name") or f"#{k}:{node.op_name}"] = st
+                states[source_key(k, node)] = st
         return {"iteration": iteration, "sources": states}
 
     def set_source_state(self, state: dict) -> None:
-        saved = state.get("sources", {})
-        for k, node in enumerate(self.source_nodes):
-            key = node.args.get("name") or f"#{k}:{node.op_name}"
-            if key in saved:
-                self.instances[node.id].set_state(saved[key])
+        """Move the sources to a checkpoint's positions (parsed by ``checkpoint.parse``); raises
+        CheckpointError where they do not fit this graph's sources."""
+        from stoker.pipeline.checkpoint import restore_sources
+
+        restore_sources(self, state)

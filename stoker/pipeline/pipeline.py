@@ -2,20 +2,54 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import json
 import os
 import sys
 import threading
+import weakref
 from collections import deque
 
 from stoker.errors import PipelineBuildError, StokerError
+from stoker.pipeline import checkpoint as checkpoint_format
+from stoker.pipeline import executor as executor_module
 from stoker.pipeline.data_node import DataNode, GraphRecorder
 from stoker.pipeline.executor import Executor
 from stoker.pipeline.graph import Graph
 
 _current = threading.local()
+# Built pipelines not closed yet, and the threads closing the ones garbage collected (__del__):
+# both are finished by _close_at_exit before the interpreter finalizes.
+_live_pipelines: weakref.WeakSet = weakref.WeakSet()
+_closing_threads: set = set()
+
+
+def _close_at_exit() -> None:
+    """Close every pipeline left open when the program ends (registered with atexit).
+
+    atexit runs after the program's non-daemon threads have ended and before the interpreter
+    finalizes. At finalization a daemon stage thread still inside OpenCV or torch would abort
+    the process when it comes back (see :func:`stoker.pipeline.executor.close_all`), so the
+    pipelines are closed here: their threads joined, their helper processes reaped."""
+    for pipe in list(_live_pipelines):
+        pipe._close_quietly()
+    executor_module.close_all()  # executors of pipelines collected but still closing
+    for t in list(_closing_threads):
+        t.join(timeout=30)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: its exit leaves the parent's pipelines alone (it has none of their
+    threads, and their helper processes are the parent's children)."""
+    _live_pipelines.clear()
+    _closing_threads.clear()
+
+
+atexit.register(_close_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _parse_prefetch(depth) -> tuple[int, int]:
@@ -40,6 +74,22 @@ class Pipeline:
     ahead in background threads), ``enable_checkpointing`` / ``checkpoint``
     (exact resume), ``on_error`` (stoker's per-sample policy for bad data) and
     ``max_pixels`` (stoker's default pixel limit of the image decoders; None: 2**28).
+
+    ``on_error``: "raise" (default) stops at a bad sample with an OperatorError naming the
+    operator, where it was created and the file. "skip" drops bad samples (corrupt files, and
+    folder entries the reader found unreadable when listing) and refills the batch from the same
+    stream, so batches stay full and no good sample is lost or repeated; :meth:`error_report`
+    lists what was dropped. Epochs: with a framework iterator given ``reader_name`` no batch mixes
+    two reader passes, and each epoch delivers every good sample of its pass exactly once under
+    every last-batch policy (FILL repeats the pass's last good sample to fill the last batch,
+    PARTIAL shortens it, DROP drops it; with several pipelines under FILL, one whose pass ends
+    first fills the remaining steps from its next pass). Without ``reader_name`` epochs are sample
+    counts that drift against the passes (the iterator warns). "substitute" puts a good sample of
+    the batch in a bad one's place (``fn.valid_mask()`` marks it).
+
+    ``checkpoint``: the text of :meth:`checkpoint` (or its dict). It must come from this pipeline
+    (same seed, readers, data sets and stoker version: its fingerprint) or the build raises a
+    CheckpointError saying what differs; without ``seed``, the checkpoint's seed is used.
     """
 
     def __init__(self, batch_size=None, num_threads=None, device_id=None, seed=None, exec_pipelined=True,
@@ -69,15 +119,20 @@ class Pipeline:
         self._batch_size = batch_size
         self._num_threads = num_threads
         self._device_id = None if device_id in (None, -1) else device_id
+        # A checkpoint is checked for its structure now; for whether it comes from this pipeline
+        # at build (stoker.pipeline.checkpoint).
+        self._checkpoint = checkpoint_format.parse(checkpoint) if checkpoint is not None else None
         if seed is None or seed == -1:
-            seed = int.from_bytes(os.urandom(4), "little")
+            # Resuming without a seed: the checkpoint's, for the random streams it was taken in.
+            saved = (self._checkpoint or {}).get("fingerprint") or {}
+            seed = saved["seed"] if isinstance(saved.get("seed"), int) else int.from_bytes(os.urandom(4), "little")
         self._seed = int(seed)
+        self._fingerprint: dict | None = None  # of this pipeline's checkpoints (made once, at first use)
         self._cpu_queue, self._gpu_queue = _parse_prefetch(prefetch_queue_depth)
         self._prefetch_queue_depth = prefetch_queue_depth
         self._exec_pipelined = bool(exec_pipelined)
         self._exec_async = bool(exec_async) and self._exec_pipelined
         self._enable_checkpointing = enable_checkpointing or checkpoint is not None
-        self._checkpoint = json.loads(checkpoint) if isinstance(checkpoint, (str, bytes)) else checkpoint
         self._py_num_workers = py_num_workers
         self._py_start_method = py_start_method
         self._on_error = on_error
@@ -85,6 +140,7 @@ class Pipeline:
         self._recorded: list = []
         self._graph: Graph | None = None
         self._instances_closed = False  # close() has closed the graph's operators
+        self._close_lock = threading.Lock()  # close() from GC's thread and from exit at once
         self._executor: Executor | None = None
         self._built = False
         self._first_iter = True
@@ -208,6 +264,8 @@ class Pipeline:
         for _, reader in graph.readers():
             reader.prepare()
         if self._checkpoint is not None:
+            self._fingerprint = checkpoint_format.fingerprint(graph, self._seed)
+            checkpoint_format.verify(self._checkpoint, self._fingerprint, stacklevel=3)
             graph.set_source_state(self._checkpoint)
             self._iteration = int(self._checkpoint.get("iteration", 0))
             self._last_state = self._checkpoint
@@ -218,6 +276,7 @@ class Pipeline:
                                   asynchronous=self._exec_async, gpu_context=self._gpu,
                                   on_error=self._on_error)
         self._built = True
+        _live_pipelines.add(self)
 
     def _open_gpu(self, graph: Graph):
         first = graph.gpu_nodes[0]
@@ -345,7 +404,9 @@ class Pipeline:
 
         Each entry: ``source`` (file path or record), ``operator``, ``reason``,
         ``iteration``, ``action`` and ``epoch`` (the reader pass the sample was read in; None
-        without a reader). Only the latest 10,000 are kept; :meth:`error_count` counts them all.
+        without a reader). A ``source`` or ``reason`` holding control characters (a newline in a
+        file name) is escaped as ``repr`` writes it (:func:`stoker.errors.printable`), as in the
+        log. Only the latest 10,000 are kept; :meth:`error_count` counts them all.
         The report outlives :meth:`close`. Under "substitute", ``fn.valid_mask()`` marks the
         replaced samples in the batch.
         """
@@ -382,7 +443,7 @@ class Pipeline:
         if not self._enable_checkpointing:
             raise StokerError("checkpoint(): create the pipeline with enable_checkpointing=True")
         state = self._last_state or self._graph.source_state(self._iteration)
-        text = json.dumps(state)
+        text = json.dumps({**state, "fingerprint": self.fingerprint()})
         if filename:
             with open(filename, "w") as f:
                 f.write(text)
@@ -394,13 +455,24 @@ class Pipeline:
         The in-place counterpart of ``Pipeline(..., checkpoint=...)``, used by the framework
         iterators' ``load_state_dict``.
         """
-        state = json.loads(checkpoint) if isinstance(checkpoint, (str, bytes)) else dict(checkpoint)
+        state = dict(checkpoint_format.parse(checkpoint))
         self.build()
+        checkpoint_format.verify(state, self.fingerprint(), stacklevel=3)
         self._executor.drain()
         self._graph.set_source_state(state)
         self._iteration = int(state.get("iteration", 0))
         self._checkpoint = self._last_state = state
         self._first_iter = True
+
+    def fingerprint(self) -> dict:
+        """What this pipeline's checkpoints carry to be told apart from another pipeline's: seed,
+        sources' names, readers' data set sizes and file list hashes, stoker version (see
+        :mod:`stoker.pipeline.checkpoint`). A checkpoint whose fingerprint differs is refused."""
+        if self._graph is None:
+            self.build()
+        if self._fingerprint is None:
+            self._fingerprint = checkpoint_format.fingerprint(self._graph, self._seed)
+        return self._fingerprint
 
     @property
     def is_restored_from_checkpoint(self) -> bool:
@@ -413,18 +485,29 @@ class Pipeline:
 
     # --- teardown --------------------------------------------------------
     def close(self) -> None:
-        """Stop worker threads and release resources (also done at garbage collection)."""
-        if self._executor is not None:
-            self._executor.close()
-            # Keep what was recorded: error_report() is often read after the run is over.
-            with self._executor._lock:
-                self._closed_errors = (list(self._executor.error_reports), self._executor.error_count)
-            self._executor = None
-        if self._graph is not None and not self._instances_closed:
-            self._instances_closed = True
-            for inst in self._graph.instances.values():
-                if hasattr(inst, "close"):
-                    inst.close()
+        """Stop worker threads and helper processes and release resources; safe to call twice.
+
+        Also done at garbage collection and, for pipelines still open, at interpreter exit (an
+        atexit hook), so a script that never calls it still exits cleanly."""
+        with self._close_lock:
+            first_error = None
+            if self._executor is not None:
+                self._executor.close()
+                # Keep what was recorded: error_report() is often read after the run is over.
+                with self._executor._lock:
+                    self._closed_errors = (list(self._executor.error_reports), self._executor.error_count)
+                self._executor = None
+            if self._graph is not None and not self._instances_closed:
+                self._instances_closed = True
+                for inst in self._graph.instances.values():
+                    try:  # one operator failing to close leaves the others' processes running
+                        if hasattr(inst, "close"):
+                            inst.close()
+                    except Exception as e:  # noqa: BLE001 - raised below, after the others
+                        first_error = first_error or e
+            _live_pipelines.discard(self)
+            if first_error is not None:
+                raise first_error
 
     def __del__(self):
         # Garbage collection runs this on whatever thread allocates at the time, possibly one that
@@ -440,10 +523,19 @@ class Pipeline:
         if sys.is_finalizing():
             self._close_quietly()
             return
+        t = threading.Thread(target=self._close_in_thread, name="stoker-close", daemon=True)
+        _closing_threads.add(t)  # (joined at exit: _close_at_exit)
         try:
-            threading.Thread(target=self._close_quietly, name="stoker-close", daemon=True).start()
+            t.start()
         except RuntimeError:  # no new threads any more
+            _closing_threads.discard(t)
             self._close_quietly()
+
+    def _close_in_thread(self) -> None:
+        try:
+            self._close_quietly()
+        finally:
+            _closing_threads.discard(threading.current_thread())
 
     def _close_quietly(self) -> None:
         try:

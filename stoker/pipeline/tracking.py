@@ -21,6 +21,12 @@ when skipped samples leave a pass's last batch short, it is padded with the
 pass's last good sample, as the reader pads its passes. Every pass then starts
 on a batch boundary and every good sample is delivered exactly once per pass,
 whatever the last-batch policy of the iterator.
+
+A framework iterator given ``reader_name`` asks the same of a reader without
+``pad_last_batch`` (:meth:`Tracker.bound_passes`): otherwise the tail of a
+pass's last batch is the head of the next pass, which ``PARTIAL`` cut off and
+``DROP`` dropped (issue 17: up to a batch of good files missing per epoch, in
+no report) and ``FILL`` delivered in the wrong epoch.
 """
 
 from __future__ import annotations
@@ -142,7 +148,8 @@ class Tracker:
         self._reader_nodes = [n for n in graph.source_nodes if self.active
                               and isinstance(graph.instances[n.id], Reader)]
         self._readers: dict[str, ReaderPasses] | None = None
-        self.padded: list[ReaderPasses] = []
+        self._bounded: set[str] = set()  # readers whose batches end with their passes (bound_passes)
+        self.padded: list[ReaderPasses] = []  # readers whose passes end on a batch boundary
         self.can_skip = False  # the sources may be advanced without using their samples (all readers)
         self.mask_nodes = [n for n in graph.nodes if getattr(graph.instances[n.id], "valid_mask", False)]
         mask_ids = {n.id for n in self.mask_nodes}
@@ -161,8 +168,22 @@ class Tracker:
             found = {n.instance_name: ReaderPasses.of(self.graph.instances[n.id], self._batch_size)
                      for n in self._reader_nodes}
             self._readers = {name: rp for name, rp in found.items() if rp is not None}
-            self.padded = [rp for rp in self._readers.values() if rp.padded]
+            self._find_padded()
         return self._readers
+
+    def _find_padded(self) -> None:
+        self.padded = [rp for name, rp in self._readers.items() if rp.padded or name in self._bounded]
+
+    def bound_passes(self, name: str) -> bool:
+        """End the batches of reader ``name`` where its passes end, as ``pad_last_batch`` does (the
+        short last batch of a pass is padded with its last good sample, marked as padding), so that
+        no batch holds samples of two passes. Asked by the framework iterators given ``reader_name``,
+        whose epochs are the reader's passes. Returns False where the reader does not walk passes."""
+        if name not in self.readers:
+            return False
+        self._bounded.add(name)
+        self._find_padded()
+        return True
 
     def room(self) -> int:
         """Samples an advance may take without crossing a padded reader's pass."""

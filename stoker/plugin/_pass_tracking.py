@@ -7,24 +7,26 @@ next pass, further every epoch. Instead the executor marks every sample with
 the reader pass it was read in (:mod:`stoker.pipeline.tracking`), and with
 ``reader_name`` the iterator ends epoch ``e`` where the reader's pass ends:
 
-* every good sample of the pass is delivered exactly once in the epoch;
-* ``FILL``: the last batch is full; without ``pad_last_batch`` its tail is the
-  head of the next pass, which the next epoch then does not repeat; with it,
-  the pass's last good sample repeated;
-* ``PARTIAL``: the last batch holds only the pass's good samples (no padding);
-* ``DROP``: a batch that the pass's good samples do not fill is not returned.
+* no batch holds samples of two passes: the iterator asks the pipelines to end
+  their batches where the reader's passes end, even without ``pad_last_batch``
+  (:meth:`stoker.pipeline.tracking.Tracker.bound_passes`); a pass's short last
+  batch is padded with its last good sample, marked as padding. (A batch that
+  held the end of one pass and the head of the next would lose that head when
+  cut or dropped, or deliver it in the wrong epoch: issue 17.)
+* ``PARTIAL``: every good sample of the pass exactly once in the epoch; the
+  last batch holds only the pass's good samples (no padding);
+* ``FILL``: the same, and the last batch is filled up by repeating the pass's
+  last good sample;
+* ``DROP``: the same, except that the last batch is not returned when the
+  pass's good samples do not fill it (its samples are dropped, as DROP says).
 
 A batch read entirely from the next pass (the pass's remaining files were all
 bad) is kept for the next epoch instead of being returned. Several pipelines
 (shards) may hold different numbers of bad files: the epoch ends when every
 shard's pass has ended (FILL, PARTIAL: a shard that ended earlier returns full
-batches of its next pass under FILL, empty ones under PARTIAL) or when the
-first shard cannot fill a batch (DROP). ``len(iterator)`` stays the count of
-listed files, an upper bound.
-
-With ``pad_last_batch=True`` on the reader no batch ever holds two passes (the
-executor pads a pass's last batch instead), so nothing of the next pass is cut
-off by PARTIAL or DROP: use it where every sample must be seen every epoch.
+batches of its next pass under FILL, which the next epoch does not repeat, and
+empty ones under PARTIAL) or when the first shard cannot fill a batch (DROP).
+``len(iterator)`` stays the count of listed files, an upper bound.
 """
 
 from __future__ import annotations
@@ -191,6 +193,22 @@ def skips_samples(pipe, reader_name: str) -> bool:
         return False
     graph = pipe._graph
     return pipe.on_error == "skip" or any(n.args.get("on_error") == "skip" for n in graph.nodes)
+
+
+def may_skip(pipe) -> bool:
+    """Whether ``pipe`` skips bad samples (on_error="skip" on it or on one of its operators)."""
+    graph = getattr(pipe, "_graph", None)
+    if getattr(pipe, "on_error", None) == "skip":
+        return True
+    return graph is not None and any(n.args.get("on_error") == "skip" for n in graph.nodes)
+
+
+def bound_passes(pipe, reader_name: str) -> bool:
+    """Ask ``pipe`` to end its batches where the passes of ``reader_name`` end (see the module
+    docstring); False where it cannot (not a stoker pipeline). Batches the pipeline prepared
+    before (a pipeline run before the iterator was made) are not changed."""
+    tracker = getattr(getattr(pipe, "_executor", None), "tracker", None)
+    return tracker is not None and tracker.bound_passes(reader_name)
 
 
 def load_json(text):

@@ -23,6 +23,7 @@ With ``on_error="skip"`` a pass delivers fewer samples than the reader lists,
 so with ``reader_name`` the epochs follow the reader's passes instead of a
 count: every good sample once per epoch, the last-batch policy applied to the
 good samples (:mod:`stoker.plugin._pass_tracking`).
+Without ``reader_name`` epochs are counted and drift: the iterator warns.
 
 Framework plugins subclass :class:`BaseIterator` and implement
 :meth:`BaseIterator._convert` (one pipeline's outputs -> a dict of framework
@@ -40,7 +41,9 @@ from enum import Enum, unique
 
 import numpy as np
 
-from stoker.plugin._pass_tracking import PassTracker, skips_samples
+from stoker.errors import CheckpointError, printable
+from stoker.pipeline import checkpoint as checkpoint_format
+from stoker.plugin._pass_tracking import PassTracker, bound_passes, may_skip, skips_samples
 
 __all__ = ["LastBatchPolicy", "BaseIterator"]
 
@@ -149,6 +152,15 @@ class BaseIterator:
                                  "(on_error='skip'), so that their epochs end alike")
             if all(skipping):
                 self._passes = PassTracker(self, reader_name)
+                # No batch may hold two passes: PARTIAL would cut off, DROP drop, and FILL move
+                # into this epoch the next pass's head, so that epoch would lack those good samples.
+                for p in self._pipes:
+                    bound_passes(p, reader_name)
+        elif any(may_skip(p) for p in self._pipes):
+            warnings.warn("iterator: the pipelines skip bad samples (on_error='skip') but the iterator has no "
+                          "reader_name: epochs are counted in samples, so they drift against the reader's "
+                          "passes and good samples can move between epochs or, with PARTIAL/DROP, be lost. "
+                          "Give reader_name for every good sample exactly once per epoch", stacklevel=3)
 
         flags = {bool(getattr(p, "_enable_checkpointing", False)) for p in self._pipes}
         if len(flags) > 1:
@@ -432,7 +444,8 @@ class BaseIterator:
         what = ", ".join(f"{n} sample(s) {action}" for action, n in sorted(counts.items()))
         if len(new) < total:
             what += f" ({total} in all)"
-        examples = "; ".join(f"{r['source'] or '?'} ({r['operator']}: {r['reason']})" for r in new[:3])
+        examples = "; ".join(f"{printable(r['source'] or '?')} ({r['operator']}: {printable(r['reason'])})"
+                             for r in new[:3])
         more = f" and {total - 3} more" if total > 3 else ""
         _log.warning("stoker iterator: epoch %d: %s: %s%s (see iterator.error_report())",
                      epoch, what, examples, more)
@@ -462,12 +475,16 @@ class BaseIterator:
         return state
 
     def _restore_state(self, state: dict) -> None:
-        for name in self._CHECKPOINTED:
-            if name in state and hasattr(self, name):
-                v = state[name]
-                setattr(self, name, np.asarray(v, dtype=np.int64) if isinstance(v, list) else int(v))
-        if self._passes is not None and "passes" in state:
-            self._passes.set_state(state["passes"])
+        try:
+            for name in self._CHECKPOINTED:
+                if name in state and hasattr(self, name):
+                    v = state[name]
+                    setattr(self, name, np.asarray(v, dtype=np.int64) if isinstance(v, list) else int(v))
+            if self._passes is not None and "passes" in state:
+                self._passes.set_state(state["passes"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CheckpointError(f"iterator: the checkpoint's iterator state does not fit this iterator "
+                                  f"({type(e).__name__}: {e}): {printable(json.dumps(state)[:160])}") from None
 
     def _pipe_checkpoint(self, p) -> str:
         # A batch the iterator fetched for the next epoch is not consumed: resume before it.
@@ -496,16 +513,24 @@ class BaseIterator:
         """Continue from ``state`` (from :meth:`state_dict`): batches already prepared are discarded."""
         if not self._enable_checkpointing:
             raise ValueError("iterator: load_state_dict needs pipelines made with enable_checkpointing=True")
-        cps = state["checkpoints"]
+        cps = state.get("checkpoints") if isinstance(state, dict) else None
+        if not isinstance(cps, list) or not all(isinstance(cp, (str, bytes, dict)) for cp in cps):
+            raise CheckpointError("iterator: load_state_dict expects the dict state_dict() returns, "
+                                  "{'checkpoints': [one checkpoint per pipeline]}, got "
+                                  f"{printable(repr(state)[:120])}")
+        parsed = [checkpoint_format.parse(cp) for cp in cps]  # all checked before any pipeline moves
         if len(cps) != self._num_gpus:
             raise ValueError(f"iterator: the state holds {len(cps)} pipeline checkpoints, this iterator has "
                              f"{self._num_gpus} pipelines")
-        for p, cp in zip(self._pipes, cps):
+        for p, cp in zip(self._pipes, parsed):
             if not hasattr(p, "restore_checkpoint"):
                 raise TypeError(f"iterator: load_state_dict needs stoker pipelines, got {type(p).__name__}; "
                                 "build the pipelines with checkpoint=... instead")
+            if "fingerprint" in cp:  # every pipeline's checked before the first one moves
+                checkpoint_format.verify(cp, p.fingerprint())
+        for p, cp in zip(self._pipes, cps):
             p.restore_checkpoint(cp)
-        self._restore_state(json.loads(cps[0]).get("iterator") or {})
+        self._restore_state(parsed[0].get("iterator") or {})
         self._stopped = [False] * self._num_gpus
         self._ever_scheduled = False
         self._ever_consumed = False

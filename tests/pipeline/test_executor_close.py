@@ -19,6 +19,7 @@ def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
     ex._mid = queue.Queue(maxsize=gpu_queue)
     ex._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1))
     ex._threads, ex._lock, ex._stage_lock = [], threading.Lock(), contextlib.nullcontext()
+    ex._close_lock = threading.Lock()
     ex.pool, ex._chain_workers = None, None
     ex.graph = type("Graph", (), {"gpu_nodes": [object()]})()
     ex._run_cpu_stage = lambda it: None

@@ -3,12 +3,20 @@
 Each function returns ``(paths, labels)`` where ``paths`` are as DALI reports
 them in ``source_info`` (relative to ``file_root`` when one is given) and the
 caller joins them with the root to open them.
+
+One bad entry of a folder tree never stops the listing: a symbolic link loop, a
+dangling link or a folder that cannot be read is listed like a file, with the
+reason it cannot be read (``broken``), and the reader fails that sample when it
+is read, as it fails a corrupt file: ``on_error="skip"`` drops and reports it,
+``"raise"`` stops with an error naming its path.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+
+from stoker.errors import printable
 
 DEFAULT_FILE_FILTERS = ["*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm", "*.pgm",
                         "*.pbm", "*.jp2", "*.webp", "*.flac", "*.ogg", "*.wav"]
@@ -29,32 +37,90 @@ def _matcher(patterns: list[str], case_sensitive: bool):
     return lambda name: any(fnmatch.fnmatchcase(name.lower(), p) for p in lowered)
 
 
+def _reason(e: OSError) -> str:
+    return f"[Errno {e.errno}] {e.strerror}" if e.errno is not None and e.strerror else str(e)
+
+
+def _is_dir(entry: os.DirEntry) -> bool | str:
+    """True/False, or why the entry's type cannot be known (a link loop, a dangling link, no
+    permission): such an entry is listed as a broken class folder, so that the labels of the
+    other classes stay those of an intact tree."""
+    try:
+        if entry.is_dir():
+            return True
+        if entry.is_symlink() and not os.path.exists(entry.path):
+            return f"dangling symbolic link (to {os.readlink(entry.path)!r})"
+        return False
+    except OSError as e:
+        return _reason(e)
+
+
+def _class_files(folder: str, match_file) -> tuple[list[str], dict[str, str]] | str:
+    """The matching file names of one class folder (sorted) and {name: why it cannot be read} for
+    the broken ones among them; or why the folder cannot be listed."""
+    try:
+        with os.scandir(folder) as it:
+            entries = [e for e in it if match_file(e.name)]
+    except OSError as e:
+        return f"class folder cannot be listed: {_reason(e)}"
+    names: list[str] = []
+    broken: dict[str, str] = {}
+    for e in entries:
+        try:
+            if e.is_file():
+                names.append(e.name)
+            elif e.is_symlink() and not os.path.exists(e.path):  # (a link to a folder is no file)
+                names.append(e.name)
+                broken[e.name] = f"dangling symbolic link (to {os.readlink(e.path)!r})"
+        except OSError as err:  # a link loop, a file whose type cannot be read
+            names.append(e.name)
+            broken[e.name] = _reason(err)
+    return sorted(names), broken
+
+
 def list_class_folders(file_root: str, file_filters: list[str] | None, dir_filters: list[str] | None,
-                       case_sensitive: bool) -> tuple[list[str], list[int]]:
+                       case_sensitive: bool) -> tuple[list[str], list[int], dict[int, str]]:
     """Files directly inside the sub-folders of ``file_root``; label = rank of the folder's sorted name.
 
     Like DALI: only the first level of sub-folders is a class, files directly in
     ``file_root`` and in deeper folders are ignored, names sort by code point.
+    Returns ``(paths, labels, broken)``: ``broken`` maps the index of each entry
+    that cannot be read (see the module docstring) to the reason; a class folder
+    that cannot be listed is one such entry, its own path.
     """
     if not os.path.isdir(file_root):
         what = "is not a directory" if os.path.exists(file_root) else "does not exist"
         raise ListingError("file_root", f"{file_root!r} {what}")
     match_file = _matcher(file_filters if file_filters is not None else DEFAULT_FILE_FILTERS, case_sensitive)
     match_dir = _matcher(dir_filters, case_sensitive) if dir_filters else (lambda name: True)
-    with os.scandir(file_root) as it:
-        classes = sorted(e.name for e in it if e.is_dir() and match_dir(e.name))
+    try:
+        with os.scandir(file_root) as it:
+            found = {e.name: _is_dir(e) for e in it if match_dir(e.name)}
+    except OSError as e:
+        raise ListingError("file_root", f"cannot list {file_root!r}: {_reason(e)}") from None
+    classes = sorted(name for name, kind in found.items() if kind is not False)
     paths: list[str] = []
     labels: list[int] = []
+    broken: dict[int, str] = {}
     for label, cls in enumerate(classes):
-        with os.scandir(os.path.join(file_root, cls)) as it:
-            names = sorted(e.name for e in it if e.is_file() and match_file(e.name))
-        paths.extend(f"{cls}/{n}" for n in names)
+        listed = _class_files(os.path.join(file_root, cls), match_file) if found[cls] is True \
+            else f"class folder cannot be read: {found[cls]}"
+        if isinstance(listed, str):
+            broken[len(paths)] = listed
+            paths.append(cls)
+            labels.append(label)
+            continue
+        names, bad = listed
+        for n in names:
+            if n in bad:
+                broken[len(paths)] = bad[n]
+            paths.append(f"{cls}/{n}")
         labels.extend([label] * len(names))
     if not paths:
         filters = file_filters if file_filters is not None else "the default image/audio extensions"
         raise ListingError("file_root", f"no files matching {filters} in the sub-folders of {file_root!r} "
                            f"({len(classes)} sub-folder(s) found; each sub-folder is one class)")
-    return paths, labels
+    return paths, labels, broken
 
 
 def read_file_list(file_list: str) -> tuple[list[str], list[int]]:
@@ -76,7 +142,7 @@ def read_file_list(file_list: str) -> tuple[list[str], list[int]]:
                 raise ValueError
             label = int(parts[1])
         except ValueError:
-            raise ListingError("file_list", f"{file_list}:{lineno}: expected 'path label' with an integer "
+            raise ListingError("file_list", f"{printable(file_list)}:{lineno}: expected 'path label' with an integer "
                                f"label, got {line!r}") from None
         paths.append(parts[0].rstrip())
         labels.append(label)

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from stoker.errors import PipelineBuildError
+from stoker.errors import CheckpointError, PipelineBuildError, printable
 from stoker.operators.base import Reader
 from stoker.operators.readers._io_worker import ReadWorker
 from stoker.operators.readers._listing import (
@@ -112,6 +112,7 @@ class FileReader(Reader):
             raise self._arg_error("shuffle_after_epoch", "cannot be combined with stick_to_shard")
         self._batch_size = 1
         self._order: ShardedOrder | None = None
+        self._broken: dict[int, str] = {}
         self._pending_state: dict | None = None
         self._list_lock = threading.Lock()  # lazy_init: reader_meta() and the executor may list at once
         self._use_worker = False  # read through the I/O helper process (see _io_worker)
@@ -119,10 +120,12 @@ class FileReader(Reader):
         self._worker_thread = None  # waits on the helper for the next batch's files
         self._pending_read = None  # (paths, future) of the batch read ahead
 
+    def _label(self) -> str:
+        return "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
+
     def _arg_error(self, arg: str, message: str) -> PipelineBuildError:
-        label = "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
         where = f"\n  operator created at {self.origin}" if self.origin else ""
-        return PipelineBuildError(f"{label}: argument '{arg}': {message}{where}")
+        return PipelineBuildError(f"{self._label()}: argument '{arg}': {message}{where}")
 
     def bind_pipeline(self, pipe) -> None:
         self._batch_size = max(1, pipe.batch_size)
@@ -148,6 +151,7 @@ class FileReader(Reader):
     def _list(self) -> None:
         a = self.args
         root = a["file_root"]
+        broken: dict[int, str] = {}  # entries listed that cannot be read: index -> why (see _listing)
         try:
             if a["files"] is not None:
                 paths = list(a["files"])
@@ -159,8 +163,8 @@ class FileReader(Reader):
                 paths, labels = read_file_list(a["file_list"])
                 base = root if root is not None else os.path.dirname(os.path.abspath(a["file_list"]))
             else:
-                paths, labels = list_class_folders(root, a["file_filters"], a["dir_filters"],
-                                                   a["case_sensitive_filter"])
+                paths, labels, broken = list_class_folders(root, a["file_filters"], a["dir_filters"],
+                                                           a["case_sensitive_filter"])
                 base = root
         except ListingError as e:
             raise self._arg_error(e.arg, str(e)) from None
@@ -168,6 +172,12 @@ class FileReader(Reader):
             raise self._arg_error("num_shards", f"{a['num_shards']} shards for only {len(paths)} files")
         self.paths = paths
         self.full_paths = [os.path.join(base, p) if base else p for p in paths]
+        self._broken = broken
+        if broken:
+            shown = "; ".join(f"{printable(paths[i])}: {printable(why)}" for i, why in list(broken.items())[:3])
+            more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+            _log.warning("%s: %d entr%s under file_root cannot be read and will fail as bad samples: %s%s",
+                         self._label(), len(broken), "y" if len(broken) == 1 else "ies", shown, more)
         self.labels = np.asarray(labels, dtype=np.int32)
         self._order = ShardedOrder(
             len(paths), num_shards=a["num_shards"], shard_id=a["shard_id"], stick_to_shard=a["stick_to_shard"],
@@ -189,6 +199,8 @@ class FileReader(Reader):
 
     def load(self, ref) -> tuple:
         path = self.full_paths[ref]
+        if ref in self._broken:  # found unreadable when listed: fails like a corrupt file
+            raise OSError(f"cannot read file {path!r}: {self._broken[ref]}")
         try:
             with open(path, "rb", buffering=0) as f:
                 raw = f.read()
@@ -233,6 +245,9 @@ class FileReader(Reader):
             self._use_worker = False
             return super().run_cpu(batch, inputs, arg_inputs)
         self._read_ahead(len(refs))
+        for i, r in enumerate(refs):
+            if r in self._broken:  # (the helper read the entry's path as it stands, e.g. a folder)
+                samples[i], errors[i] = None, self._broken[r]
         labels = self.labels[np.asarray(refs, dtype=np.int64)].reshape(-1, 1)
         if not errors:  # every file read: no per-sample step
             data = TensorListCPU(samples, "", sources)
@@ -299,6 +314,18 @@ class FileReader(Reader):
             return
         try:
             self._order.set_state(state)
-        except (KeyError, ValueError) as e:
-            raise PipelineBuildError(f"readers.file '{self.instance_name}': cannot restore the checkpoint: {e}") \
+        except (KeyError, TypeError, ValueError) as e:
+            what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+            raise CheckpointError(f"readers.file '{self.instance_name}': cannot restore the checkpoint: {what}") \
                 from None
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint's position means for this reader: the data set's size and a hash of
+        its file list (paths and labels), so that a checkpoint of another data set is refused
+        (:mod:`stoker.pipeline.checkpoint`)."""
+        import hashlib
+
+        order = self._ensure_listed()
+        digest = hashlib.sha256("\0".join(self.paths).encode("utf-8", "surrogateescape"))
+        digest.update(np.ascontiguousarray(self.labels, dtype="<i4").tobytes())
+        return {"epoch_size": order.n, "files": digest.hexdigest()[:16]}
