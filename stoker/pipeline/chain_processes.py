@@ -125,12 +125,21 @@ def _serve_batches(sock: socket.socket) -> None:
 
 # --- the pipeline side -------------------------------------------------------------------------
 
+# One thread per native pool in a worker: the workers are the parallelism (one per core), and
+# OpenMP, OpenBLAS, MKL and OpenCV would each start a thread per core in every worker
+# otherwise (8+ threads a worker on 8+ cores, competing for the cores the other workers use).
+# torch's resize kernel follows OMP_NUM_THREADS, as in torch's own DataLoader workers.
+_SINGLE_THREADED = {name: "1" for name in (
+    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")}
+
+
 class _Worker:
     def __init__(self):
-        # OMP_NUM_THREADS=1: torch's resize kernel in a worker stays on its one core (as torch's
-        # own DataLoader workers do).
+        # Started isolated (start_helper): stoker from this process's copy, never from the
+        # current directory or a PYTHONPATH set later.
         self.proc, self.sock = start_helper(["-m", "stoker.pipeline.chain_processes"],
-                                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                            env=dict(os.environ, **_SINGLE_THREADED))
         self.chains: set = set()
         self.inputs: dict = {}  # input slot key -> capacity the worker has mapped
         self.maps: dict = {}  # worker slot id -> our read-only mapping
@@ -153,6 +162,10 @@ class _Worker:
             self.freed.append(k)
 
     def close(self) -> None:
+        if not self.ready and self.proc.poll() is None:
+            # Still importing stoker and torch (about 2 s): it holds nothing yet, and waiting
+            # for it would only delay the pipeline's close (and the program's exit).
+            self.proc.kill()
         stop_helper(self.proc, self.sock)
 
 

@@ -8,16 +8,23 @@ a small process (plain Python, only the standard library); it reads the files
 into one anonymous shared memory file and hands back its descriptor, which the
 pipeline maps once: samples are NumPy views of that mapping, with no copy.
 
-This file is run as a script (``python _io_worker.py FD``), not imported as part
-of stoker in the helper process, so the helper starts in milliseconds and never
+This file is run as a script (``python -I -S _io_worker.py FD``), not imported as
+part of stoker in the helper process, so the helper starts in milliseconds and never
 touches CUDA. :class:`ReadWorker` is the pipeline-side handle.
+
+It is also the launcher of stoker's other helper processes (:func:`start_helper`):
+every helper starts isolated, importing stoker from the pipeline's own copy and
+nothing from the current directory or a ``PYTHONPATH`` set after the pipeline's
+process started.
 """
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import pickle
+import signal
 import socket
 import stat
 import struct
@@ -167,17 +174,85 @@ def _serve(sock: socket.socket) -> None:
 
 # --- the pipeline side -------------------------------------------------------------------------
 
+# The stoker package of this process (this file is stoker/operators/readers/_io_worker.py).
+_PACKAGE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
+
+
 def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
-    """Start ``python *before_fd FD *after_fd`` with FD the helper's end of a new socket pair.
-    Returns (process, the pipeline's end of the socket). Shared by stoker's helper processes
-    (this reader, the mixed decoders' JPEG helpers, the CPU chain workers)."""
+    """Start a helper process with FD the helper's end of a new socket pair, and return
+    (process, the pipeline's end of the socket). Shared by stoker's helper processes (this
+    reader, the mixed decoders' JPEG helpers, the CPU chain workers).
+
+    ``before_fd`` names the helper: ``[path]`` (a script), ``["-m", module]`` (a stoker module
+    run as ``__main__``) or ``["-S", path]`` (a script that needs the standard library only).
+    The helper gets ``FD *after_fd`` as its arguments.
+
+    Isolation: every helper runs under ``python -I``, which ignores ``PYTHON*`` variables
+    (``PYTHONPATH``) and puts neither the current directory nor the script's directory on
+    ``sys.path``. Before (``python -m``) a ``stoker/`` folder in the current directory was
+    imported and run in every chain worker. A helper that imports more than the standard
+    library is started through :func:`_launch` (this file), which imports stoker from this
+    process's copy (:data:`_PACKAGE_DIR`, also for an editable install) and everything else from
+    this process's ``sys.path``, without its current-directory entry. The socket pair is
+    inherited (``pass_fds``), so the pickled messages pass only between the pipeline and its
+    own children: no path-named socket another process could connect to.
+    """
+    flags = [a for a in before_fd if a.startswith("-") and a != "-m"]
+    rest = [a for a in before_fd if a not in flags]
     ours, theirs = socket.socketpair()
+    fd = str(theirs.fileno())
+    if "-S" in flags:  # standard library only: run as is, no site-packages
+        argv = [sys.executable, "-I", *flags, os.path.abspath(rest[0]), fd, *after_fd]
+    else:
+        kind, target = ("module", rest[1]) if rest[0] == "-m" else ("path", os.path.abspath(rest[0]))
+        argv = [sys.executable, "-I", *flags, os.path.abspath(__file__), "--launch", kind, target, fd, *after_fd]
+        # (in the environment, not the command line: the helpers' `ps` lines stay short)
+        env = dict(os.environ if env is None else env,
+                   _STOKER_HELPER_SYS_PATH=json.dumps(_helper_sys_path()),
+                   _STOKER_HELPER_PACKAGE=_PACKAGE_DIR)
     try:
-        proc = subprocess.Popen([sys.executable, *before_fd, str(theirs.fileno()), *after_fd],
-                                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
+        proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
     finally:
         theirs.close()
     return proc, ours
+
+
+def _helper_sys_path() -> list[str]:
+    """This process's import path for a helper: its absolute entries. '' (the current directory,
+    whatever it is when the helper imports) is left out."""
+    out = []
+    for p in sys.path:
+        try:
+            p = os.fspath(p)
+        except TypeError:
+            continue
+        if isinstance(p, str) and p and os.path.isabs(p):
+            out.append(p)
+    return out
+
+
+def _launch(kind: str, target: str, args: list[str]) -> None:
+    """In the helper (``python -I _io_worker.py --launch KIND TARGET FD ...``): take the
+    pipeline's import path, import stoker from the pipeline's copy, and run ``TARGET`` (a stoker
+    module, or a script by path) as ``__main__`` with ``TARGET FD ...`` as its argv."""
+    import importlib.util
+    import runpy
+
+    sys.path[:] = json.loads(os.environ.pop("_STOKER_HELPER_SYS_PATH", "[]")) or sys.path
+    package = os.environ.pop("_STOKER_HELPER_PACKAGE", "")
+    if package:
+        # stoker from the pipeline's own copy, whatever else the path holds: the package is in
+        # sys.modules before anything imports it, and its submodules come from its folder.
+        spec = importlib.util.spec_from_file_location("stoker", os.path.join(package, "__init__.py"),
+                                                      submodule_search_locations=[package])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["stoker"] = module
+        spec.loader.exec_module(module)
+    sys.argv = [target, *args]
+    if kind == "module":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
 
 
 def stop_helper(proc, sock) -> None:
@@ -259,4 +334,10 @@ class ReadWorker:
 
 
 if __name__ == "__main__":
-    _serve(socket.socket(fileno=int(sys.argv[1])))
+    # A terminal's Ctrl-C reaches the whole process group: the pipeline handles it and closes
+    # its helpers (which exit when their socket closes), so a helper prints no traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.argv[1] == "--launch":
+        _launch(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        _serve(socket.socket(fileno=int(sys.argv[1])))
