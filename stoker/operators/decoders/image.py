@@ -7,9 +7,11 @@ a separate module that falls back to ``decode_cpu`` for formats the GPU
 cannot decode. Input: encoded files as 1D uint8 tensors (``readers.file``,
 ``external_source``...). Output: HWC images, layout "HWC".
 
-A file that is not a decodable image (corrupt, truncated, unknown format)
-fails with a per-sample error whose message gives the reason; the executor
-adds the operator and the file's path.
+A file that is not a decodable image (corrupt, truncated, unknown format,
+over ``max_pixels`` or ``max_aspect_ratio``) fails with a per-sample error
+whose message gives the reason; the executor adds the operator and the file's
+path. ``strict`` (on by default, stoker only) makes the corrupt data that the
+format libraries would decode through with a warning such an error too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.decoders import roi as roi_mod
-from stoker.operators.decoders.cpu import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_cpu
+from stoker.operators.decoders.cpu import DEFAULT_MAX_ASPECT_RATIO, DEFAULT_MAX_PIXELS, ImageDecodeError, decode_cpu
 from stoker.operators.decoders.formats import ImageFormatError, read_info
 from stoker.operators.random.crop_window import sample_crop_window
 from stoker.operators.schema import Arg, Schema, register
@@ -51,6 +53,24 @@ DECODER_ARGS = (
         doc="stoker only: refuse images whose header claims more pixels (height * width) than this, "
             f"before allocating anything; 0 = no limit; default: the pipeline's max_pixels, else "
             f"{DEFAULT_MAX_PIXELS} (2**28)"),
+    Arg("max_aspect_ratio", "float", DEFAULT_MAX_ASPECT_RATIO,
+        doc="stoker only: refuse images whose header gives a side more than this many times the other "
+            "(e.g. 1 x 100000), before allocating anything: such strips are damaged or hostile headers, and "
+            "a fixed-shorter-side resize would blow them up to gigapixels; 0 = no limit. The mixed "
+            "decoder's GPU path checks max_pixels only"),
+    Arg("strict", "bool", True,
+        doc="stoker only (DALI has no such argument): make the corrupt-data warnings of the format "
+            "libraries sample errors, so that a damaged file is dropped or replaced (on_error 'skip', "
+            "'substitute') or stops the run with its name ('raise') instead of becoming a sample of garbage "
+            "pixels. JPEG: any libjpeg warning (corrupt entropy-coded data, premature end of the file, "
+            "more than 500 progressive scans), through TurboJPEG (pip install stoker[jpeg]; same pixels "
+            "and speed as the default decode; without it only a missing end-of-image marker is caught); "
+            "stray bytes between header segments are tolerated, as libjpeg skips them without changing a "
+            "pixel. PNG: every chunk's CRC and the IEND chunk. Other formats: their libraries' errors fail "
+            "the sample either way. The cropping decoders check the data they decode (down to the window's "
+            "last row). On by default under every on_error policy: under 'raise' a corrupt file should stop "
+            "the run with its name rather than train on garbage; False decodes what can be read, as DALI "
+            "does. The mixed decoder's GPU path (nvJPEG) does not honour it; its CPU fallback does"),
 )
 
 _DEVICES = ("cpu", "mixed")
@@ -72,6 +92,11 @@ class _ImageDecoderBase(Operator):
             raise arg_error(self.schema.name, "max_pixels", f"must be >= 0 (0: no limit), got {max_pixels}")
         self.max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
         self._max_pixels_given = max_pixels is not None
+        ratio = a.get("max_aspect_ratio")
+        if ratio is not None and ratio != 0 and not ratio >= 1:  # (also refuses NaN)
+            raise arg_error(self.schema.name, "max_aspect_ratio", f"must be >= 1 (0: no limit), got {ratio}")
+        self.max_aspect_ratio = DEFAULT_MAX_ASPECT_RATIO if ratio is None else float(ratio)
+        self.strict = True if a.get("strict") is None else bool(a["strict"])
 
     def bind_pipeline(self, pipe) -> None:
         """Take the pipeline's max_pixels when the decoder was not given its own."""
@@ -82,7 +107,8 @@ class _ImageDecoderBase(Operator):
     def decode(self, data, args, roi=None, roi_fn=None) -> np.ndarray:
         try:
             return decode_cpu(data, self.output_type, self.out_dtype, bool(args["adjust_orientation"]),
-                              roi=roi, roi_fn=roi_fn, max_pixels=self.max_pixels)
+                              roi=roi, roi_fn=roi_fn, max_pixels=self.max_pixels, strict=self.strict,
+                              max_aspect_ratio=self.max_aspect_ratio)
         except (ImageDecodeError, ImageFormatError) as e:
             raise self.error(str(e)) from None
 

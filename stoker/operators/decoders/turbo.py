@@ -23,6 +23,16 @@ and by one more iMCU on each side, whose pixels the chroma upsampling of the
 edge columns reads; the margins are cut off afterwards. Any error (corrupt data,
 an unusual layout) also returns None, so the full decode reports or handles it.
 
+The same library decodes whole JPEGs for the decoders' ``strict`` mode
+(:func:`decode_full`): every handle stops at libjpeg's first warning
+(``TJPARAM_STOPONWARNING``), which is how corrupt entropy-coded data ("Corrupt
+JPEG data: premature end of data segment", "bad Huffman code"...) and truncation
+show; OpenCV only prints those warnings and returns the damaged pixels. The
+pixels of a clean file equal OpenCV's (the same libjpeg-turbo code, default
+settings; checked in the tests), at the same speed (see benchmarks/RESULTS.md,
+"strict decoding"). Progressive files with more than 500 scans are refused
+(``TJPARAM_SCANLIMIT``, libjpeg-turbo's advice against scan-flooding files).
+
 Progressive and grayscale files are decoded over the full width from the top down
 to the window's last row, then cut: libjpeg-turbo's column cropping and row
 skipping cost more than they save there (H100 host, ImageNet-like set, random-crop
@@ -41,18 +51,31 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "decode_window"]
+__all__ = ["available", "decode_window", "decode_full", "JPEGDataError"]
 
 _TJINIT_DECOMPRESS = 1
-_TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT, _TJPARAM_PROGRESSIVE = 4, 5, 6, 12
-_TJPF_RGB, _TJPF_BGR = 0, 1
+_TJPARAM_STOPONWARNING, _TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 0, 4, 5, 6
+_TJPARAM_PROGRESSIVE, _TJPARAM_SCANLIMIT = 12, 13
+_TJERR_WARNING = 0
+_TJPF_RGB, _TJPF_BGR, _TJPF_GRAY, _TJPF_CMYK = 0, 1, 6, 11
+_PIXEL_FORMATS = {"rgb": (_TJPF_RGB, 3), "bgr": (_TJPF_BGR, 3), "gray": (_TJPF_GRAY, 1), "cmyk": (_TJPF_CMYK, 4)}
 _TJSAMP_GRAY = 3
+_SCAN_LIMIT = 500
+_SCAN_LIMIT_MESSAGE = "Progressive JPEG image has more than"
 # Width in pixels of an iMCU for each chroma subsampling (TJSAMP_444, 422, 420, GRAY, 440, 411, 441).
 _MCU_WIDTH = (8, 16, 16, 8, 8, 32, 8)
 
 
 class _Region(ctypes.Structure):
     _fields_ = [("x", ctypes.c_int), ("y", ctypes.c_int), ("w", ctypes.c_int), ("h", ctypes.c_int)]
+
+
+_UNCROPPED = _Region(0, 0, 0, 0)
+
+
+class JPEGDataError(ValueError):
+    """libjpeg found corrupt data in a JPEG (a warning it would otherwise decode through); the
+    message is libjpeg's."""
 
 
 _state: dict = {}
@@ -109,6 +132,9 @@ def _declare(lib) -> None:
     lib.tj3Get.restype, lib.tj3Get.argtypes = c_int, [vp, c_int]
     lib.tj3SetCroppingRegion.restype, lib.tj3SetCroppingRegion.argtypes = c_int, [vp, _Region]
     lib.tj3Decompress8.restype, lib.tj3Decompress8.argtypes = c_int, [vp, vp, c_size, vp, c_int, c_int]
+    lib.tj3Set.restype, lib.tj3Set.argtypes = c_int, [vp, c_int, c_int]
+    lib.tj3GetErrorStr.restype, lib.tj3GetErrorStr.argtypes = ctypes.c_char_p, [vp]
+    lib.tj3GetErrorCode.restype, lib.tj3GetErrorCode.argtypes = c_int, [vp]
 
 
 def available() -> bool:
@@ -127,6 +153,11 @@ class _Handle:
     def __init__(self, lib):
         self.lib = lib
         self.ptr = lib.tj3Init(_TJINIT_DECOMPRESS)
+        if self.ptr:
+            # Stop at the first warning: a partial decode then fails over to the full decode, which
+            # reports or (strict=False) tolerates it; a strict full decode refuses the file at once.
+            lib.tj3Set(self.ptr, _TJPARAM_STOPONWARNING, 1)
+            lib.tj3Set(self.ptr, _TJPARAM_SCANLIMIT, _SCAN_LIMIT)
 
     def __del__(self):
         if self.ptr:
@@ -134,17 +165,67 @@ class _Handle:
             self.ptr = None
 
 
-def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
-    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
-    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
+def _handle():
+    """This thread's decompressor (None without the library)."""
     lib = _state["lib"] if "lib" in _state else _load()
     if lib is None:
         return None
     handle = getattr(_local, "handle", None)
     if handle is None or handle.lib is not lib:
         handle = _local.handle = _Handle(lib)
-    h = handle.ptr
-    if not h:
+    return handle.ptr or None
+
+
+def decode_full(buf: np.ndarray, pixel_format: str, expect: tuple[int, int] | None = None) -> np.ndarray | None:
+    """Decode a whole JPEG (1D uint8 ``buf``), stopping at libjpeg's first warning.
+
+    ``pixel_format``: "rgb", "bgr", "gray" (libjpeg's luma plane, as OpenCV's grayscale read)
+    or "cmyk" (4-component files). ``expect``: the (height, width) the caller checked against
+    its limits; a file whose frame libjpeg reads differently is left to the caller.
+
+    Returns the HWC uint8 array, or None when the library is unavailable or cannot decode the
+    file (a fatal error, an unsupported layout such as 12-bit samples: the caller's own decode
+    reports or handles it). Raises :class:`JPEGDataError` with libjpeg's message when the data is
+    corrupt (a warning) or floods the decoder with progressive scans."""
+    h = _handle()
+    if h is None:
+        return None
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    ptr, size = buf.ctypes.data, buf.size
+    quick = _state["quick"]
+    if quick.tj3DecompressHeader(h, ptr, size) != 0:
+        return _failure(quick, h)
+    W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
+    if W <= 0 or H <= 0 or (expect is not None and (H, W) != tuple(expect)):
+        return None
+    if quick.tj3SetCroppingRegion(h, _UNCROPPED) != 0:  # a partial decode's region stays set otherwise
+        return None
+    pf, channels = _PIXEL_FORMATS[pixel_format]
+    out = np.empty((H, W, channels), np.uint8)
+    if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, pf) != 0:
+        return _failure(quick, h)
+    return out
+
+
+def _failure(quick, h) -> None:
+    """After a failed call: raise JPEGDataError for a warning (corrupt data) or the scan limit,
+    else None (a fatal error, left to the caller's own decoder). Either way the thread's handle is
+    replaced: a call stopped by a warning leaves libjpeg's marker reader mid-stream (TurboJPEG does
+    not abort it), and the next file would then fail with the same warning."""
+    message = (quick.tj3GetErrorStr(h) or b"").decode("utf-8", "replace").strip()
+    warned = quick.tj3GetErrorCode(h) == _TJERR_WARNING
+    _local.handle = None
+    if warned or message.startswith(_SCAN_LIMIT_MESSAGE):
+        raise JPEGDataError(message or "libjpeg warned about corrupt data")
+    return None
+
+
+def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
+    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
+    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
+    h = _handle()
+    if h is None:
         return None
     y, x, hh, ww = (int(v) for v in window)
     if hh <= 0 or ww <= 0:
@@ -154,6 +235,7 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     ptr, size = buf.ctypes.data, buf.size
     quick = _state["quick"]
     if quick.tj3DecompressHeader(h, ptr, size) != 0:
+        _local.handle = None  # see _failure
         return None
     sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
@@ -167,7 +249,8 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     if quick.tj3SetCroppingRegion(h, _Region(x0, top, x1 - x0, y + hh - top)) != 0:
         return None
     out = np.empty((y + hh - top, x1 - x0, 3), np.uint8)
-    if lib.tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_BGR if bgr else _TJPF_RGB) != 0:
+    if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_BGR if bgr else _TJPF_RGB) != 0:
+        _local.handle = None  # see _failure
         return None
     if x0 == x and x1 == x + ww and top == y:
         return out

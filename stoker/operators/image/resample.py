@@ -278,7 +278,10 @@ def _torch_whole_axis(src, lo, hi, scales, out_size):
         if whole[d] and shrink[d] and not whole[1 - d] and resample_torch.available():
             size = [src.shape[0], src.shape[1]]
             size[d] = out_size[d]
-            src = resample_torch.resize_linear_u8(src, size, _linear_taps)
+            done = resample_torch.resize_linear_u8(src, size, _linear_taps)
+            if done is None:  # a thin image: Pillow resamples both axes
+                break
+            src = done
             lo, hi, scales = list(lo), list(hi), list(scales)
             lo[d], hi[d], scales[d] = 0.0, float(out_size[d]), 1.0
             break

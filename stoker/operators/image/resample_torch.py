@@ -53,26 +53,35 @@ def available() -> bool:
     return ok
 
 
-def resize_linear_u8(img: np.ndarray, out_size, taps_fn) -> np.ndarray:
+def resize_linear_u8(img: np.ndarray, out_size, taps_fn) -> np.ndarray | None:
     """Resize a whole uint8 image (H, W) or (H, W, C) to ``out_size`` = (h, w) with the
     antialiased triangle filter, edge pixels repeated as in DALI.
 
     ``taps_fn(n_in, n_out)`` gives an axis's ``(first, idx, w)``: each output's unclamped
     first tap, the clamped source indices and the normalized weights (see
-    :func:`stoker.operators.image.resample.axis_taps_first`); it is called only for the
-    axes whose edge outputs need fixing, and its results are cached.
+    :func:`stoker.operators.image.resample.axis_taps_first`); its results are cached.
+
+    Returns None (the caller uses its other path) when the edge fix-up would read the source more
+    than _FIX_MAX_PASSES times over (and over _FIX_FLOOR elements): on a thin image (a 1-pixel-high
+    strip enlarged to 224 rows) every output row reaches past the edge, and recomputing them all
+    cost seconds and a gigabyte where Pillow takes milliseconds (issue 17). Ordinary images have
+    one or two edge rows and columns per side.
     """
     torch = _state["torch"]
     src = img if img.ndim == 3 else img[:, :, None]
-    src = np.ascontiguousarray(src)
     h, w = int(out_size[0]), int(out_size[1])
+    plan_y, plan_x = _axis_plan(taps_fn, src.shape[0], h), _axis_plan(taps_fn, src.shape[1], w)
+    fix = plan_y[0].size * plan_y[1].shape[1] * src.shape[1] + plan_x[0].size * plan_x[1].shape[1] * src.shape[0]
+    if fix > max(_FIX_FLOOR, _FIX_MAX_PASSES * src.shape[0] * src.shape[1]):
+        return None
+    src = np.ascontiguousarray(src)
     out = np.empty((h, w, src.shape[2]), np.uint8)
     t_in = torch.from_numpy(src).permute(2, 0, 1).unsqueeze(0)
     # Written straight into a channels-last view of the NumPy output: torch's own result would be
     # NCHW and cost a transposing copy (longer than the resize itself).
     t_out = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
     _state["kernel"](t_in, (h, w), t_out)
-    _fix_edges(src, out, _axis_plan(taps_fn, src.shape[0], h), _axis_plan(taps_fn, src.shape[1], w))
+    _fix_edges(src, out, plan_y, plan_x)
     return out if img.ndim == 3 else out[:, :, 0]
 
 
@@ -120,31 +129,58 @@ def _edge_outputs(n_in: int, first: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.flatnonzero(outside.any(axis=1))
 
 
+# Beyond this much edge fix-up work (source pixels read, per channel), resize_linear_u8 declines.
+_FIX_MAX_PASSES, _FIX_FLOOR = 4, 1 << 20
+# Float32 elements one gather of _fix_edges may hold (16 MiB). Usually the edge outputs are the first
+# and last row and column; on a thin image (1 x 100000 to 224 x 224) every output row is an edge row
+# and gathering them all at once took 1 GB per array (issue 17), so they are done in chunks.
+_FIX_CHUNK_ELEMENTS = 4 << 20
+
+
 def _fix_edges(src: np.ndarray, out: np.ndarray, plan_y, plan_x) -> None:
     """Recompute, in float with clamped taps, the output rows and columns that reach past the edge.
 
     Each is two small passes: the taps of the edge outputs along one axis, then the full filter
     along the other, as ``np.take`` gathers and batched ``matmul`` (NumPy's fancy indexing and
-    einsum are several times slower on these shapes)."""
+    einsum are several times slower on these shapes), over as many edge outputs at a time as keep
+    the gathers under _FIX_CHUNK_ELEMENTS (the same arithmetic, so the same result, in any chunks)."""
     (rows, iy, wy), (cols, ix, wx) = plan_y, plan_x
-    if rows.size:
-        # (r, k) taps of (H, W, C) -> (r, W, C), then the horizontal pass -> (r, w_out, C)
-        g = np.take(src, iy[rows], axis=0).astype(np.float32)  # (r, k, W, C)
-        r, k = g.shape[:2]
-        part = np.matmul(wy[rows][:, None, :], g.reshape(r, k, -1)).reshape(r, *src.shape[1:])
-        if out.shape[1] != src.shape[1]:
-            g = np.take(part, ix, axis=1)  # (r, w_out, k, C)
-            part = np.matmul(wx[None, :, None, :], g)[:, :, 0]
-        out[rows] = _round_u8(part)
-    if cols.size:
-        # (c, k) taps of (H, W, C) -> (H, c, C), then the vertical pass -> (h_out, c, C)
-        g = np.take(src, ix[cols], axis=1).astype(np.float32)  # (H, c, k, C)
-        part = np.matmul(wx[cols][None, :, None, :], g)[:, :, 0]
-        if out.shape[0] != src.shape[0]:
-            g = np.take(part, iy, axis=0)  # (h_out, k, c, C)
-            k = g.shape[1]
-            part = np.matmul(wy[:, None, :], g.reshape(g.shape[0], k, -1)).reshape(g.shape[0], *part.shape[1:])
-        out[:, cols] = _round_u8(part)
+    channels = src.shape[2]
+    # per edge row: its vertical taps over the source width, then the horizontal taps of every output
+    per_row = max(iy.shape[1] * src.shape[1], out.shape[1] * ix.shape[1]) * channels
+    for part_rows in _chunks(rows, per_row):
+        out[part_rows] = _round_u8(_edge_rows(src, out, part_rows, iy, wy, ix, wx))
+    per_col = max(src.shape[0] * ix.shape[1], out.shape[0] * iy.shape[1]) * channels
+    for part_cols in _chunks(cols, per_col):
+        out[:, part_cols] = _round_u8(_edge_cols(src, out, part_cols, iy, wy, ix, wx))
+
+
+def _chunks(index: np.ndarray, per_item: int):
+    step = max(1, _FIX_CHUNK_ELEMENTS // max(1, per_item))
+    for start in range(0, index.size, step):
+        yield index[start:start + step]
+
+
+def _edge_rows(src, out, rows, iy, wy, ix, wx) -> np.ndarray:
+    # (r, k) taps of (H, W, C) -> (r, W, C), then the horizontal pass -> (r, w_out, C)
+    g = np.take(src, iy[rows], axis=0).astype(np.float32)  # (r, k, W, C)
+    r, k = g.shape[:2]
+    part = np.matmul(wy[rows][:, None, :], g.reshape(r, k, -1)).reshape(r, *src.shape[1:])
+    if out.shape[1] != src.shape[1]:
+        g = np.take(part, ix, axis=1)  # (r, w_out, k, C)
+        part = np.matmul(wx[None, :, None, :], g)[:, :, 0]
+    return part
+
+
+def _edge_cols(src, out, cols, iy, wy, ix, wx) -> np.ndarray:
+    # (c, k) taps of (H, W, C) -> (H, c, C), then the vertical pass -> (h_out, c, C)
+    g = np.take(src, ix[cols], axis=1).astype(np.float32)  # (H, c, k, C)
+    part = np.matmul(wx[cols][None, :, None, :], g)[:, :, 0]
+    if out.shape[0] != src.shape[0]:
+        g = np.take(part, iy, axis=0)  # (h_out, k, c, C)
+        k = g.shape[1]
+        part = np.matmul(wy[:, None, :], g.reshape(g.shape[0], k, -1)).reshape(g.shape[0], *part.shape[1:])
+    return part
 
 
 def _round_u8(x: np.ndarray) -> np.ndarray:

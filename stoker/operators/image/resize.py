@@ -2,14 +2,23 @@
 
 Sizes and source regions come from :mod:`stoker.operators.image.geometry`
 (shared with the GPU), pixels from :mod:`stoker.operators.image.resample`.
+
+``resize`` refuses, as a per-sample error, an output of more pixels than the
+pipeline's ``max_pixels`` (default 2**28, the image decoders' limit; 0: no
+limit): a small but thin input with ``resize_shorter`` would otherwise ask for
+gigapixels (1 x 100000 to 224 x 22,400,000, issue 17). DALI has no such limit;
+its ``max_size`` argument, which stoker also takes, caps the output instead.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
+from stoker.operators.decoders.cpu import DEFAULT_MAX_PIXELS
 from stoker.operators.image import resample_torch
 from stoker.operators.image.crop import LayoutAware, spatial_axes_of
 from stoker.operators.image.geometry import RESIZE_MODES, resize_plan
@@ -89,11 +98,18 @@ class Resize(LayoutAware):
         if len(self.size_methods(())) > 1:
             raise arg_error("resize", self.size_methods(())[1], self._methods_message(self.size_methods(())))
         self._plans: dict = {}  # resize plans by input size and per-sample size arguments
+        self.max_output_pixels = DEFAULT_MAX_PIXELS  # the pipeline's max_pixels once bound (bind_pipeline)
         # Import torch for the 8-bit fast path now, on the thread that builds the pipeline, rather
         # than inside the first batch on a pool thread (see resample_torch). Not for a GPU resize:
         # a GPU pipeline would pay seconds of import in its first batch for nothing.
         if self.device == "cpu":
             resample_torch.available()
+
+    def bind_pipeline(self, pipe) -> None:
+        """Take the pipeline's max_pixels as the largest output (None there: the default 2**28)."""
+        limit = getattr(pipe, "max_pixels", None)
+        if limit is not None:
+            self.max_output_pixels = limit
 
     _SEPARATE = ("resize_x", "resize_y", "resize_z")
 
@@ -154,6 +170,15 @@ class Resize(LayoutAware):
             if len(self._plans) >= 8192:
                 self._plans.clear()
             self._plans[key] = plan
+        pixels = math.prod(plan.out_size)
+        if self.max_output_pixels and pixels > self.max_output_pixels:
+            method = "resize_shorter" if shorter else "resize_longer" if longer else \
+                "size" if args.get("size") is not None else "resize_x/resize_y"
+            raise self.error(
+                f"argument '{method}': the {'x'.join(map(str, in_size))} input would become "
+                f"{'x'.join(map(str, plan.out_size))} = {pixels} pixels, more than the pipeline's "
+                f"max_pixels={self.max_output_pixels}; cap the output with max_size, or raise the pipeline's "
+                "max_pixels (0: no limit)")
         mn, mg = _filters(args)
         out = resample(img, axes, plan.out_size, plan.lo, plan.hi, min_filter=mn, mag_filter=mg,
                        antialias=self.args["antialias"], dtype=self.args["dtype"])
