@@ -46,6 +46,12 @@ def _huge_jpeg() -> bytes:
     return bytes(data)
 
 
+def _thin_jpeg() -> bytes:
+    """A valid JPEG strip 4 x 5000: a side 1250 times the other, over max_aspect_ratio's default
+    (1000). Every decoder refuses it from the header, the mixed ones' GPU paths included."""
+    return jpeg_bytes(np.tile(photo(4, 50, seed=4), (1, 100, 1)))
+
+
 def _truncated() -> bytes:
     data = jpeg_bytes(photo(64, 64, seed=3))
     return data[: len(data) // 3]
@@ -79,6 +85,7 @@ BROKEN = {
     "zero_bytes": (lambda: b"", ["empty"], "decoders.image"),
     "random_bytes": (lambda: np.random.default_rng(7).bytes(3000), ["unrecognized image format"], "decoders.image"),
     "huge_header": (_huge_png, ["max_pixels", "100000x100000"], "decoders.image"),
+    "thin_jpeg": (_thin_jpeg, ["max_aspect_ratio", "5000x4"], "decoders.image"),
     "unreadable": (lambda: jpeg_bytes(photo()), ["cannot read file", "ermission"], "Reader"),
     "deleted": (lambda: jpeg_bytes(photo()), ["cannot read file", "No such file"], "Reader"),
 }

@@ -336,3 +336,18 @@ def test_resize_output_limit_follows_the_pipeline_max_pixels():
             assert np.asarray(out.at(0)).shape[2] == 3
         finally:
             pipe.close()
+
+
+def test_mixed_decoders_route_images_over_either_limit_to_the_cpu_refusal():
+    """``over_limits`` is what the mixed decoders' GPU paths ask before taking an image: over
+    max_pixels or max_aspect_ratio goes to the CPU decoder, which fails the sample with the reason."""
+    from types import SimpleNamespace
+
+    from stoker.operators.decoders.image import over_limits
+
+    op = SimpleNamespace(max_pixels=10_000, max_aspect_ratio=100.0)
+    h = [50, 200, 1, 1, 0, 4]
+    w = [50, 60, 100, 101, 0, 2600]
+    assert over_limits(op, h, w).tolist() == [False, True, False, True, False, True]
+    off = SimpleNamespace(max_pixels=0, max_aspect_ratio=0)
+    assert not over_limits(off, h, w).any()

@@ -10,7 +10,7 @@ Host half (:func:`prepare_hardware`, run in the executor's CPU stage):
   CPU pool. The buffer is allocated on the pipeline's stream by the first
   decode job that runs, once fewer than ``STOKER_DECODES_AHEAD`` earlier
   batches hold theirs (:class:`_OutputBuffer`);
-* JPEGs over the decoder's ``max_pixels`` and JPEGs without an end marker go
+* JPEGs over the decoder's ``max_pixels`` or ``max_aspect_ratio`` and JPEGs without an end marker go
   to the CPU decoder, which refuses or reports them; under ``on_error`` skip or
   substitute the CPU-decoded samples are awaited here, so that a bad one is
   dropped and refilled in the CPU stage (:func:`check_cpu_failures`);
@@ -104,11 +104,12 @@ def _cheapest_on_the_host(eligible: list, wins: list, sizes: np.ndarray, count: 
 
 def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
     """(heads, sizes, eligible) of a batch: each sample's (code stream or None, codec, h, w),
-    its (h, w) as an (N, 2) array (zero where unknown or over ``max_pixels``: no slot, the CPU
+    its (h, w) as an (N, 2) array (zero where unknown or over ``max_pixels`` or ``max_aspect_ratio``: no slot, the CPU
     decoder refuses it with the reason), and the samples for the engines. ``hints``: the frame
     hints the file reader's I/O process sent with the batch (:func:`hardware_eligible_hints`),
     or None to scan here."""
     from stoker.backend.nvjpeg import hardware_eligible, hardware_eligible_hints
+    from stoker.operators.decoders.image import over_limits
 
     n = len(arrays)
     if hints is not None and len(hints) == n:
@@ -122,9 +123,8 @@ def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
     for i in np.flatnonzero(~mask).tolist():  # the others: nvImageCodec reads their header
         heads[i] = _header(arrays[i])
         sizes[i] = heads[i][2], heads[i][3]
-    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
-    if max_pixels:
-        over = sizes[:, 0] * sizes[:, 1] > max_pixels
+    over = over_limits(op, sizes[:, 0], sizes[:, 1])
+    if over.any():
         sizes[over] = 0
         mask &= ~over
     return heads, sizes, np.flatnonzero(mask).tolist()

@@ -56,8 +56,7 @@ DECODER_ARGS = (
     Arg("max_aspect_ratio", "float", DEFAULT_MAX_ASPECT_RATIO,
         doc="stoker only: refuse images whose header gives a side more than this many times the other "
             "(e.g. 1 x 100000), before allocating anything: such strips are damaged or hostile headers, and "
-            "a fixed-shorter-side resize would blow them up to gigapixels; 0 = no limit. The mixed "
-            "decoder's GPU path checks max_pixels only"),
+            "a fixed-shorter-side resize would blow them up to gigapixels; 0 = no limit"),
     Arg("strict", "bool", True,
         doc="stoker only (DALI has no such argument): make the corrupt-data warnings of the format "
             "libraries sample errors, so that a damaged file is dropped or replaced (on_error 'skip', "
@@ -74,6 +73,24 @@ DECODER_ARGS = (
 )
 
 _DEVICES = ("cpu", "mixed")
+
+
+def over_limits(op, heights, widths) -> np.ndarray:
+    """Which images (header sizes, arrays) a decoder ``op`` refuses before decoding: more pixels
+    than its ``max_pixels`` or a side more than ``max_aspect_ratio`` times the other (0 turns a
+    limit off). The mixed decoders send these to the CPU decoder, whose header check fails the
+    sample with the reason (so on_error applies as for any bad file)."""
+    h = np.asarray(heights, np.float64)
+    w = np.asarray(widths, np.float64)
+    over = np.zeros(h.shape, bool)
+    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
+    if max_pixels:
+        over |= h * w > max_pixels
+    ratio = float(getattr(op, "max_aspect_ratio", 0) or 0)
+    if ratio:
+        short, long = np.minimum(h, w), np.maximum(h, w)
+        over |= (short > 0) & (long > ratio * short)
+    return over
 
 
 class _ImageDecoderBase(Operator):

@@ -398,12 +398,14 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
                                 getattr(inputs[0], "_frame_hints", None), getattr(inputs[0], "_located", None))
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n
-    max_pixels = int(getattr(op, "max_pixels", 0) or 0)
-    # Images over the pixel limit go to the CPU decoder, which refuses them from the header.
-    # So do JPEGs without an end marker: a GPU decoder may return a truncated one half-grey, where
-    # the CPU decoder reports it (and on_error can skip it in the CPU stage).
+    # Images over the pixel or aspect limits go to the CPU decoder, which refuses them from the
+    # header. So do JPEGs without an end marker: a GPU decoder may return a truncated one half-grey,
+    # where the CPU decoder reports it (and on_error can skip it in the CPU stage).
+    from stoker.operators.decoders.image import over_limits
+
+    over = over_limits(op, [hd[2] for hd in heads], [hd[3] for hd in heads]).tolist() if heads else []
     gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and has_end_marker(enc[i])
-               and not (max_pixels and hd[2] * hd[3] > max_pixels)] if on_gpu else []
+               and not over[i]] if on_gpu else []
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]
