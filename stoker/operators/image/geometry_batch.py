@@ -236,3 +236,31 @@ def plan_rows(op, batch, n: int, whole, one) -> tuple:
     except PerSample:
         rows = per_sample(op, batch, n, one)
         return tuple(np.asarray(col) for col in zip(*rows))
+
+
+def out_of_bounds(op, batch, windows: np.ndarray, shapes: np.ndarray, name: str):
+    """``out_of_bounds_policy`` applied to every sample's window ``(y0, x0, h, w)`` against its
+    shape (``(N, ndim)``, height and width first), as the CPU's ``crop_array`` applies it:
+    ``"error"`` raises the CPU's sample error for the first sample whose window leaves it,
+    ``"trim_to_shape"`` returns the windows clipped to their samples, ``"pad"`` returns them as
+    they are. Returns ``(windows, outside)``, ``outside`` marking the windows that leave their
+    sample (before any trim)."""
+    windows = np.asarray(windows, np.int64).reshape(-1, 4)
+    hw = np.asarray(shapes, np.int64).reshape(len(windows), -1)[:, :2]
+    lo, ext = windows[:, :2], windows[:, 2:]
+    leaves = (lo < 0) | (lo + ext > hw)
+    outside = leaves.any(axis=1)
+    policy = op.args.get("out_of_bounds_policy") or "error"
+    if not outside.any() or policy == "pad":
+        return windows, outside
+    if policy == "error":
+        i = int(np.flatnonzero(outside)[0])
+        k = int(np.flatnonzero(leaves[i])[0])
+        a, e = int(lo[i, k]), int(ext[i, k])
+        shape = tuple(int(v) for v in np.asarray(shapes)[i])
+        raise op.sample_failure(ValueError(
+            f"{name}: the crop window [{a}, {a + e}) leaves the sample's axis of extent {int(hw[i, k])} "
+            f"(shape {shape}); use out_of_bounds_policy='pad' or 'trim_to_shape'"), batch, i)
+    start = np.maximum(lo, 0)
+    stop = np.minimum(lo + ext, hw)
+    return np.concatenate([start, stop - start], axis=1), outside

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.gpu_registry import flat_offsets, grid_for, register_gpu, upload_table
+from stoker.operators.gpu_registry import flat_offsets, grid_for, host_fallback, register_gpu, upload_table
 from stoker.operators.image.geometry import crop_anchor
-from stoker.operators.image.geometry_batch import crop_anchors, plan_rows, sample_rows, sample_scalars
+from stoker.operators.image.geometry_batch import (
+    crop_anchors,
+    out_of_bounds,
+    plan_rows,
+    sample_rows,
+    sample_scalars,
+)
 from stoker.operators.image.gpu_crop_mirror_normalize import crop_window
 
 
@@ -137,6 +143,11 @@ def crop_window_one(op, arg_inputs, i: int, in_hw) -> tuple[np.ndarray]:
     return (np.asarray(win, np.int64),)
 
 
+def _fill_is_zero(op) -> bool:
+    fill = np.asarray(op.args.get("fill_values") if op.args.get("fill_values") is not None else [0.0], np.float64)
+    return bool((fill == 0).all())
+
+
 @register_gpu("crop")
 def gpu_crop(op, batch, inputs, arg_inputs):
     """``fn.crop`` on GPU batches."""
@@ -148,6 +159,9 @@ def gpu_crop(op, batch, inputs, arg_inputs):
     in_hw = x.geometry()[2][:, :2]
     windows, = plan_rows(op, batch, n, lambda: crop_windows(op, arg_inputs, in_hw),
                          lambda i: crop_window_one(op, arg_inputs, i, in_hw[i]))
+    windows, outside = out_of_bounds(op, batch, windows, x.geometry()[2], "crop")
+    if outside.any() and op.args.get("out_of_bounds_policy") == "pad" and not _fill_is_zero(op):
+        return host_fallback(op, batch, inputs, arg_inputs)  # (the kernel pads with zeros)
     return [crop_flip_batch(x, windows, np.zeros(n, np.int64), batch)]
 
 

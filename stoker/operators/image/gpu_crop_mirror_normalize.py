@@ -139,6 +139,13 @@ def gpu_crop_mirror_normalize(op, batch, inputs, arg_inputs):
     if not set(arg_inputs) <= _BATCH_ARGS:
         return host_fallback(op, batch, inputs, arg_inputs)
     windows, mirror = batch_windows(op, x, arg_inputs)
+    if len(windows):
+        from stoker.operators.image.geometry_batch import out_of_bounds
+
+        windows, outside = out_of_bounds(op, batch, windows, x.geometry()[2], "crop_mirror_normalize")
+        fills = np.asarray(op.args.get("fill_values") if op.args.get("fill_values") is not None else [0.0])
+        if outside.any() and op.args.get("out_of_bounds_policy") == "pad" and np.unique(fills).size > 1:
+            return host_fallback(op, batch, inputs, arg_inputs)  # (the kernel pads with one value)
     if len(windows) and ((windows[:, 2:4] != windows[0, 2:4]).any()):
         # Crops of several sizes (a ragged batch and no crop argument): the kernel writes one
         # dense batch, so the host path makes the ragged output, as DALI gives it.
