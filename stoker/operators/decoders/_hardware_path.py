@@ -74,7 +74,7 @@ def _windows(op, kind, batch, arg_inputs, sizes: np.ndarray) -> tuple[list, np.n
         area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
         aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
         attempts = int(_first(args.get("num_attempts"), 10))
-        u = batch_uniforms(op.op_seed, batch.iteration, np.arange(n), draws_needed(attempts))
+        u = batch_uniforms(op.op_seed, batch.iteration, batch.sample_indices(n), draws_needed(attempts))
         arr = np.asarray(sample_crop_windows(u, sizes[:, 0], sizes[:, 1], area, aspect, attempts), np.int64)
     elif kind == "image_slice" and (arr := op.batch_windows(arg_inputs, sizes, known)) is not None:
         pass  # (anchor and shape inputs: the whole batch at once)

@@ -308,7 +308,7 @@ def _window(op, kind, args, i, batch, h, w):
     if kind == "image":
         return None
     if kind == "image_random_crop":
-        ctx = SampleContext(i, batch.iteration, op.op_seed, batch.source(i))
+        ctx = SampleContext(batch.sample_index(i), batch.iteration, op.op_seed, batch.source(i))
         area = getattr(op, "area", None) or _pair(args.get("random_area"), (0.08, 1.0))
         aspect = getattr(op, "aspect", None) or _pair(args.get("random_aspect_ratio"), (3 / 4, 4 / 3))
         return sample_crop_window(ctx.rng, h, w, area, aspect, int(_first(args.get("num_attempts"), 10)))
@@ -354,7 +354,7 @@ def _cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, gray, i):
 
     try:
         if hasattr(op, "run_sample") and hasattr(op, "decode"):
-            ctx = SampleContext(i, batch.iteration, op.op_seed, batch.source(i))
+            ctx = SampleContext(batch.sample_index(i), batch.iteration, op.op_seed, batch.source(i))
             return np.ascontiguousarray(op.run_sample((enc[i],), op.sample_args(arg_inputs, i), ctx))
         win = wins[i]
         if win is None and kind != "image":
