@@ -13,14 +13,21 @@ class PipelineBuildError(StokerError):
     """The pipeline graph or an operator's arguments cannot be built."""
 
 
+class ArgumentError(PipelineBuildError, ValueError, TypeError):
+    """An operator argument (or positional input) that is unknown, missing, of the wrong type or
+    out of range. It is also a ValueError and a TypeError because DALI raises one or the other for
+    these, so ``except ValueError`` / ``except TypeError`` blocks of ported code still catch it."""
+
+
 class CheckpointError(PipelineBuildError):
     """A checkpoint cannot be restored: it is malformed (not the JSON object that
     ``Pipeline.checkpoint()`` writes), or it was taken from another pipeline (another seed, other
     readers, another data set, another stoker version: the message says what differs)."""
 
 
-class OperatorError(StokerError):
-    """An operator failed while running.
+class OperatorError(StokerError, RuntimeError):
+    """An operator failed while running (also a RuntimeError, which is what DALI raises, so that
+    ported ``except RuntimeError`` blocks catch it).
 
     Carries ``operator`` (its name), ``origin`` (file:line of the user's code
     that created it), ``source`` (the sample's source, such as a file path, when
@@ -72,9 +79,9 @@ def printable(name) -> str:
     return repr(text) if _UNSAFE.search(text) else text
 
 
-def arg_error(op: str, arg: str, message: str) -> PipelineBuildError:
+def arg_error(op: str, arg: str, message: str) -> ArgumentError:
     """A build error about one argument of one operator."""
-    return PipelineBuildError(f"{op}: argument '{arg}': {message}")
+    return ArgumentError(f"{op}: argument '{arg}': {message}")
 
 
 def detached(err: BaseException) -> BaseException:

@@ -184,13 +184,146 @@ class BatchInfo:
     epoch_idx: int
 
 
-class Constant:
-    """Wraps a value so that it enters the graph as a constant node (as DALI's ``types.Constant``)."""
+class ScalarConstant:
+    """A typed Python scalar for arithmetic with DataNodes (what ``Constant(2)`` returns).
 
-    def __new__(cls, value, dtype=None, shape=None, layout=None, device=None, **kwargs):
-        from stoker.pipeline.data_node import constant_node
+    In an expression such as ``images * types.Constant(2).uint8()`` the value is folded into
+    the arithmetic operator with ``dtype`` taking part in type promotion, so the result stays
+    uint8. A plain ``int`` is typed INT32, ``float`` FLOAT and ``bool`` BOOL; a NumPy scalar or
+    0D array keeps its own type. Used as an operator input or a pipeline output it becomes a
+    constant node of that type; used as a keyword argument it is its plain value.
+    """
 
-        return constant_node(value, dtype=dtype, shape=shape, layout=layout, device=device)
+    def __init__(self, value, dtype=None):
+        self.shape = []
+        if getattr(value, "dtype", None) is not None:  # NumPy scalars and 0D arrays carry a type
+            if dtype is None:
+                dtype = to_dali_type(value.dtype)
+            value = value.item()
+        if isinstance(value, enum.Enum) or not isinstance(value, (bool, int, float)):
+            raise TypeError(f"ScalarConstant takes a bool, int or float, got {type(value).__name__} {value!r}")
+        if dtype is None:
+            dtype = (DALIDataType.BOOL if isinstance(value, bool) else
+                     DALIDataType.INT32 if isinstance(value, int) else DALIDataType.FLOAT)
+        dtype = to_dali_type(dtype_from_arg(dtype))
+        kind = np.dtype(to_numpy_type(dtype)).kind
+        # the value is stored as the Python type of its dtype's kind: 2.7 as uint8 is 2, as in DALI
+        self.value = bool(value) if kind == "b" else int(value) if kind in "iu" else float(value)
+        self.dtype = dtype
+
+    def _as(self, dtype: DALIDataType) -> ScalarConstant:
+        return ScalarConstant(self.value, dtype)
+
+    def bool(self) -> ScalarConstant:
+        """This value typed BOOL."""
+        return self._as(DALIDataType.BOOL)
+
+    def int8(self) -> ScalarConstant:
+        """This value typed INT8."""
+        return self._as(DALIDataType.INT8)
+
+    def int16(self) -> ScalarConstant:
+        """This value typed INT16."""
+        return self._as(DALIDataType.INT16)
+
+    def int32(self) -> ScalarConstant:
+        """This value typed INT32."""
+        return self._as(DALIDataType.INT32)
+
+    def int64(self) -> ScalarConstant:
+        """This value typed INT64."""
+        return self._as(DALIDataType.INT64)
+
+    def uint8(self) -> ScalarConstant:
+        """This value typed UINT8."""
+        return self._as(DALIDataType.UINT8)
+
+    def uint16(self) -> ScalarConstant:
+        """This value typed UINT16."""
+        return self._as(DALIDataType.UINT16)
+
+    def uint32(self) -> ScalarConstant:
+        """This value typed UINT32."""
+        return self._as(DALIDataType.UINT32)
+
+    def uint64(self) -> ScalarConstant:
+        """This value typed UINT64."""
+        return self._as(DALIDataType.UINT64)
+
+    def float16(self) -> ScalarConstant:
+        """This value typed FLOAT16."""
+        return self._as(DALIDataType.FLOAT16)
+
+    def float32(self) -> ScalarConstant:
+        """This value typed FLOAT."""
+        return self._as(DALIDataType.FLOAT)
+
+    def float64(self) -> ScalarConstant:
+        """This value typed FLOAT64."""
+        return self._as(DALIDataType.FLOAT64)
+
+    def numpy_value(self):
+        """The value as a NumPy scalar of ``dtype`` (how arithmetic folds it in)."""
+        return to_numpy_type(self.dtype)(self.value)
+
+    def __eq__(self, other):
+        if isinstance(other, ScalarConstant):
+            return self.value == other.value and self.dtype == other.dtype
+        return NotImplemented  # lets a DataNode on the other side build its comparison node
+
+    def __ne__(self, other):
+        if isinstance(other, ScalarConstant):
+            return self.value != other.value or self.dtype != other.dtype
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.value, self.dtype))
+
+    def _require(self, kinds: str, what: str):
+        if np.dtype(to_numpy_type(self.dtype)).kind not in kinds:
+            raise TypeError(f"convert this {self.dtype.name} constant to {what} explicitly before using it as "
+                            f"a Python {what}")
+
+    def __bool__(self):
+        self._require("biu", "bool/integer type")
+        return bool(self.value)
+
+    def __int__(self):
+        self._require("biu", "bool/integer type")
+        return int(self.value)
+
+    def __float__(self):
+        self._require("f", "floating-point type")
+        return float(self.value)
+
+    def __str__(self):
+        return f"{self.value}:{self.dtype}"
+
+    def __repr__(self):
+        return f"ScalarConstant({self.value!r}, {self.dtype})"
 
 
-ScalarConstant = Constant
+def _is_plain_scalar(value) -> bool:
+    if isinstance(value, enum.Enum):  # enums are no arithmetic values: they go to a constant node
+        return False
+    if isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0 and \
+        np.asarray(value).dtype.kind in "biuf"
+
+
+def Constant(value, dtype=None, shape=None, layout=None, device=None, **kwargs):  # noqa: N802 - DALI's name
+    """A constant for a pipeline definition (DALI's ``types.Constant``).
+
+    A bool/int/float scalar (or NumPy scalar) with no ``shape``, ``layout``, ``device`` or other
+    keyword gives a :class:`ScalarConstant`, typed by ``dtype`` if given, for arithmetic with
+    DataNodes. Anything else (a list, an array, a shaped or placed value) gives a constant node
+    that produces the value, cast to ``dtype`` and reshaped to ``shape``, for every sample.
+    """
+    if device is None and shape is None and layout is None and not kwargs and _is_plain_scalar(value):
+        return ScalarConstant(value, dtype)
+    from stoker.pipeline.data_node import constant_node  # lazily: data_node imports this module
+
+    if isinstance(value, ScalarConstant):
+        value, dtype = value.value, dtype if dtype is not None else value.dtype
+    return constant_node(value, dtype=dtype, shape=shape, layout=layout, device=device, **kwargs)

@@ -9,6 +9,8 @@ def make_fn(op_name: str):
     """The ``fn`` function of operator ``op_name`` (its docstring comes from the schema)."""
 
     def operator_fn(*inputs, **kwargs):
+        if any(_is_input_set_list(x) for x in inputs):
+            return _multiple_input_sets(op_name, inputs, kwargs)
         return invoke(op_name, list(inputs), kwargs)
 
     short = op_name.rsplit(".", 1)[-1]
@@ -22,6 +24,37 @@ def make_fn(op_name: str):
     except AttributeError:
         operator_fn.__doc__ = f"Operator {op_name} (not available in this build)."
     return operator_fn
+
+
+def _is_input_set_list(x) -> bool:
+    # Only a list holding DataNodes is a list of input sets; a list of plain numbers stays a
+    # constant input, as before.
+    from stoker import types
+    from stoker.pipeline.data_node import DataNode
+
+    return (isinstance(x, list) and any(isinstance(y, DataNode) for y in x)
+            and all(isinstance(y, (DataNode, types.ScalarConstant)) for y in x))
+
+
+def _multiple_input_sets(op_name: str, inputs: tuple, kwargs: dict):
+    """DALI's "multiple input sets": a positional input given as a list of DataNodes applies the
+    operator once per element (other inputs, and all keyword arguments, are shared by every
+    call). Returns a list with one result per set for a one-output operator, else one list per
+    output (``[[out0, out0'], [out1, out1']]``); a one-element list gives the plain result."""
+    from stoker.errors import ArgumentError
+
+    lengths = {len(x) for x in inputs if _is_input_set_list(x)}
+    if len(lengths) != 1:
+        raise ArgumentError(f"{op_name}: every positional input given as a list of DataNodes (multiple input "
+                            f"sets) must have the same length, got lengths {sorted(lengths)}")
+    (n,) = lengths
+    results = [invoke(op_name, [x[i] if _is_input_set_list(x) else x for x in inputs], dict(kwargs))
+               for i in range(n)]
+    if n == 1:
+        return results[0]
+    if not isinstance(results[0], (tuple, list)):
+        return results
+    return [list(outs) for outs in zip(*results)]
 
 
 def namespace_getattr(prefix: str):

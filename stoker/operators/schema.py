@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stoker import types
-from stoker.errors import PipelineBuildError, arg_error
+from stoker.errors import ArgumentError, arg_error
 
 REQUIRED = object()
 
@@ -220,7 +220,8 @@ class Schema:
 
         Returns (static, tensors): static values converted by their kinds with
         every default filled in, and the per-sample tensor arguments (values for
-        which ``is_tensor(value)`` is true) as given. Unknown arguments, a tensor
+        which ``is_tensor(value)`` is true) as given. A value of None counts as not
+        given, so the argument takes its default. Unknown arguments, a tensor
         where a constant is required, bad types and missing required arguments
         raise PipelineBuildError naming the operator and the argument.
         """
@@ -229,7 +230,13 @@ class Schema:
             spec = self.arg(key)
             if spec is None and not self.allow_unknown_args:
                 known = ", ".join(sorted(a.name for a in self.all_args() if a.name != "device"))
-                raise PipelineBuildError(f"{self.name}: unknown argument '{key}'. Known arguments: {known}")
+                raise ArgumentError(f"{self.name}: unknown argument '{key}'. Known arguments: {known}")
+            if value is None:
+                # An explicit None means "not given" (as in DALI, whose ported pipelines write
+                # shard_id=None or crop=None): the default below applies, a required one still errors.
+                continue
+            if isinstance(value, types.ScalarConstant):  # types.Constant(3) as an argument is its value
+                value = value.value
             if is_tensor(value):
                 if spec is not None and not spec.tensor:
                     raise arg_error(self.name, key, "takes one constant value, not a per-sample tensor")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stoker.errors import PipelineBuildError, arg_error
+from stoker import types
+from stoker.errors import ArgumentError, PipelineBuildError, arg_error
 from stoker.operators.schema import get_operator
 
 _node_ids = itertools.count()
@@ -178,6 +179,8 @@ def arithmetic(op: str, a, b) -> DataNode:
             args[slot] = None
         elif isinstance(x, (int, float, bool, np.integer, np.floating, np.bool_)):
             args[slot] = x
+        elif isinstance(x, types.ScalarConstant):  # folded as a NumPy scalar, whose dtype sets promotion
+            args[slot] = x.numpy_value()
         else:
             inputs.append(constant_node(x))
             args[slot] = None
@@ -214,10 +217,12 @@ def subscript(node: DataNode, key) -> DataNode:
     return invoke("_subscript", [node], {"spec": spec, **arg_inputs}, device=node.device)
 
 
-def constant_node(value, dtype=None, shape=None, layout=None, device=None) -> DataNode:
-    """A node that produces the same value for every sample."""
+def constant_node(value, dtype=None, shape=None, layout=None, device=None, **kwargs) -> DataNode:
+    """A node that produces the same value for every sample (a ScalarConstant keeps its type)."""
+    if isinstance(value, types.ScalarConstant):
+        value, dtype = value.value, value.dtype if dtype is None else dtype
     args = {"fdata": None, "idata": None, "value": np.asarray(value), "dtype": dtype, "shape": shape,
-            "layout": layout}
+            "layout": layout, **kwargs}
     return invoke("constant", [], args, device=device or "cpu")
 
 
@@ -261,7 +266,7 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     lo, hi = schema.inputs
     if not lo <= len(inputs) <= hi:
         want = str(lo) if lo == hi else f"{lo} to {hi}"
-        raise PipelineBuildError(f"{op_name}: expected {want} positional inputs, got {len(inputs)}")
+        raise ArgumentError(f"{op_name}: expected {want} positional inputs, got {len(inputs)}")
     inputs = [_as_input(x, "cpu") for x in inputs]
     in_dev = {x.device for x in inputs}
     if requested is None:
