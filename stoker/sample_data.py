@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import cv2
@@ -94,10 +96,44 @@ def encode_jpeg(rgb: np.ndarray, quality: int, subsampling: str = "420", progres
     return buf.tobytes()
 
 
-def write_dataset(out: str, n: int, classes: int = 10, seed: int = 0, workers: int | None = None) -> dict:
+def progress_bar(total: int, desc: str, progress: bool | None = None):
+    """A tqdm bar on stderr, or a do-nothing stand-in.
+
+    ``progress`` None shows it only when stderr is a terminal, so logs and captured output stay
+    clean; True forces it, False hides it. Without tqdm installed there is no bar.
+    """
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is None or progress is False:
+        return _NoBar()
+    if progress is None:
+        progress = sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit="img", file=sys.stderr, disable=not progress, dynamic_ncols=True)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def write_dataset(out: str, n: int, classes: int = 10, seed: int = 0, workers: int | None = None,
+                  progress: bool | None = None) -> dict:
     """Write ``n`` JPEGs into ``classes`` class folders under ``out``; return size statistics.
 
-    Images already present (same name) are kept, so repeated calls are cheap.
+    Images already present (same name) are kept, so repeated calls are cheap. ``progress``:
+    show a progress bar on stderr (None: only when stderr is a terminal; see :func:`progress_bar`).
+    Statistics: ``images``, ``classes``, ``written`` (new files), ``mean_kb``, ``total_mb``.
     """
     if n < 1 or classes < 1:
         raise ValueError(f"write_dataset: n and classes must be positive, got n={n}, classes={classes}")
@@ -116,11 +152,27 @@ def write_dataset(out: str, n: int, classes: int = 10, seed: int = 0, workers: i
         os.replace(tmp, path)
         return len(data), rgb.shape[0] * rgb.shape[1]
 
-    with ThreadPoolExecutor(workers or os.cpu_count() or 2) as pool:
-        sizes = list(pool.map(one, range(n)))
+    sizes = []
+    with ThreadPoolExecutor(workers or os.cpu_count() or 2) as pool, \
+            progress_bar(n, f"writing {out}", progress) as bar:
+        for size in pool.map(one, range(n)):
+            sizes.append(size)
+            bar.update(1)
     nbytes = np.array([s[0] for s in sizes])
-    return {"images": n, "classes": classes, "mean_kb": float(nbytes.mean() / 1e3),
-            "total_mb": float(nbytes.sum() / 1e6)}
+    return {"images": n, "classes": classes, "written": sum(1 for s in sizes if s[1]),
+            "mean_kb": float(nbytes.mean() / 1e3), "total_mb": float(nbytes.sum() / 1e6)}
+
+
+def summary(stats: dict, out: str, seconds: float | None = None) -> str:
+    """The one-line summary printed after writing a data set."""
+    kept = stats["images"] - stats.get("written", stats["images"])
+    line = (f"{stats['images']} images in {stats['classes']} classes under {out}: "
+            f"mean {stats['mean_kb']:.1f} KB, total {stats['total_mb']:.1f} MB")
+    if kept:
+        line += f" ({kept} already present, kept)"
+    if seconds is not None:
+        line += f" [{seconds:.1f} s]"
+    return line
 
 
 def main(argv=None) -> None:
@@ -129,10 +181,12 @@ def main(argv=None) -> None:
     ap.add_argument("n", type=int)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bar on stderr (default: only when stderr is a terminal)")
     a = ap.parse_args(argv)
-    stats = write_dataset(a.out, a.n, a.classes, a.seed)
-    print(f"{stats['images']} images in {stats['classes']} classes under {a.out}: "
-          f"mean {stats['mean_kb']:.1f} KB, total {stats['total_mb']:.1f} MB")
+    t0 = time.perf_counter()
+    stats = write_dataset(a.out, a.n, a.classes, a.seed, progress=a.progress)
+    print(summary(stats, a.out, time.perf_counter() - t0))
 
 
 if __name__ == "__main__":
