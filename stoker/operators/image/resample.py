@@ -119,11 +119,25 @@ def weight_matrix(n_in: int, n_out: int, lo: float, hi: float, interp: DALIInter
     return m.astype(np.float32)
 
 
-def nn_indices(n_in: int, n_out: int, lo: float, hi: float) -> np.ndarray:
-    """Source index of each output pixel for nearest-neighbour sampling."""
-    scale = (hi - lo) / n_out
-    idx = np.floor(lo + (np.arange(n_out) + 0.5) * scale).astype(np.int64)
-    return np.clip(idx, 0, n_in - 1)
+def nn_indices(n_in: int, n_out: int, lo: float, hi: float, innermost: bool = True) -> np.ndarray:
+    """Source index of each output pixel for nearest-neighbour sampling: ``floor`` of the source
+    position of the output pixel's centre, in float32 arithmetic as DALI's CPU resampler does it
+    (the position of a pixel on the innermost spatial axis is computed from its index; on the
+    outer axes it is stepped from the previous row's, so rounding accumulates). Where a position
+    lands exactly on a pixel boundary, that rounding picks the side, so matching it keeps the
+    same source pixels as DALI."""
+    f32 = np.float32
+    origin = f32(lo)
+    scale = f32(f32(hi) - origin) / f32(n_out)  # (the extent and the step in float32, as DALI)
+    if innermost:
+        pos = origin + (np.arange(n_out, dtype=f32) + f32(0.5)) * scale
+    else:
+        pos = np.empty(n_out, f32)
+        p = f32(origin + f32(0.5) * scale)
+        for j in range(n_out):  # (a running float32 sum: cumsum would round differently)
+            pos[j] = p
+            p = f32(p + scale)
+    return np.clip(np.floor(pos).astype(np.int64), 0, n_in - 1)
 
 
 def to_dtype(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -151,7 +165,7 @@ def resample(img: np.ndarray, spatial_axes: Sequence[int], out_size: Sequence[in
     if all(i == DALIInterpType.INTERP_NN for i in interps):
         out = img
         for d, ax in enumerate(axes):
-            out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d]), axis=ax)
+            out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d], d == len(axes) - 1), axis=ax)
         return to_dtype(out, dtype) if out.dtype != dtype else np.ascontiguousarray(out)
     if len(axes) == 2 and axes[0] > 0 and axes[1] == axes[0] + 1:
         # frames (FHWC ...): resample each 2D image on the fast path
@@ -177,7 +191,8 @@ def _matrix_path(img, axes, out_size, lo, hi, interps, antialias, dtype):
         ax = axes[d]
         interp = interps[d]
         if interp == DALIInterpType.INTERP_NN:
-            out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d]), axis=ax)
+            out = np.take(out, nn_indices(img.shape[ax], out_size[d], lo[d], hi[d], d == len(axes) - 1),
+                          axis=ax)
             continue
         n_in = img.shape[ax]
         idx, w = axis_taps(n_in, out_size[d], lo[d], hi[d], interp, antialias)
