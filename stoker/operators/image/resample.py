@@ -131,12 +131,11 @@ def nn_indices(n_in: int, n_out: int, lo: float, hi: float, innermost: bool = Tr
     scale = f32(f32(hi) - origin) / f32(n_out)  # (the extent and the step in float32, as DALI)
     if innermost:
         pos = origin + (np.arange(n_out, dtype=f32) + f32(0.5)) * scale
-    else:
-        pos = np.empty(n_out, f32)
-        p = f32(origin + f32(0.5) * scale)
-        for j in range(n_out):  # (a running float32 sum: cumsum would round differently)
-            pos[j] = p
-            p = f32(p + scale)
+    else:  # a running float32 sum (np.cumsum accumulates in order, rounding at every step)
+        steps = np.full(n_out, scale, f32)
+        if n_out:
+            steps[0] = origin + f32(0.5) * scale
+        pos = np.cumsum(steps, dtype=f32)
     return np.clip(np.floor(pos).astype(np.int64), 0, n_in - 1)
 
 

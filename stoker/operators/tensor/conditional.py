@@ -149,14 +149,7 @@ class Merge(Operator):
                 f"samples for {count} true and {len(mask) - count} false conditions",
                 operator=self.instance_name, origin=self.origin)
         self._check_alike(on_true, on_false)
-        t, f = iter(on_true.samples()), iter(on_false.samples())
-        ts, fs = iter(on_true.source_info()), iter(on_false.source_info())
-        samples, sources = [], []
-        for m in mask:
-            samples.append(next(t) if m else next(f))
-            sources.append(next(ts) if m else next(fs))
-        layout = on_true.layout() if len(on_true) else on_false.layout()
-        return [batch_of_arrays(samples, layout or on_true.layout() or on_false.layout(), sources)]
+        return [_interleave([on_true, on_false], np.where(mask, 0, 1))]
 
     def _check_alike(self, a: TensorListCPU, b: TensorListCPU) -> None:
         """Both branches must give the same element type, dimensionality and layout (as DALI)."""
@@ -196,13 +189,20 @@ class MergeCases(Operator):
         *cases, index = inputs
         labels = case_labels_for_merge(self, cases, index)
         check_cases_alike(self, [(c.samples()[0], c.layout()) if len(c) else None for c in cases])
-        samples, sources = np.empty(labels.size, object), np.empty(labels.size, object)
-        for k, c in enumerate(cases):
-            where = np.flatnonzero(labels == k)
-            for i, s, src in zip(where.tolist(), c.samples(), c.source_info()):
-                samples[i], sources[i] = s, src
-        layout = next((c.layout() for c in cases if len(c) and c.layout()), "")
-        return [batch_of_arrays(list(samples), layout, list(sources))]
+        return [_interleave(cases, labels)]
+
+
+def _interleave(branches: list, labels: np.ndarray) -> TensorListCPU:
+    """One batch of the branches' samples in the original order: ``branches[k]`` holds, in order,
+    the samples whose label is k (the host counterpart of gpu_conditional's merge)."""
+    samples, sources = np.empty(labels.size, object), np.empty(labels.size, object)
+    for k, b in enumerate(branches):
+        where = np.flatnonzero(labels == k)
+        for i, s, src in zip(where.tolist(), b.samples(), b.source_info()):
+            samples[i], sources[i] = s, src
+    layout = next((b.layout() for b in branches if len(b) and b.layout()), "") or \
+        next((b.layout() for b in branches if b.layout()), "")
+    return batch_of_arrays(list(samples), layout, list(sources))
 
 
 def case_labels_for_merge(op: Operator, cases: list, index) -> np.ndarray:
