@@ -160,6 +160,10 @@ class TensorListGPU(SampleList):
             self._source_info += [""] * (n - len(self._source_info))
         self._keep_alive = keep_alive
         self._event = None
+        # Set by the operator that made the batch when its memory is a fresh allocation that no
+        # cache or other batch holds: the executor may then let the last operator that reads it
+        # write its output in place (see Executor._donated_inputs).
+        self.fresh = False
         # The stream the samples were made on (their memory is reused in this stream's order).
         self._stream = cp.cuda.get_current_stream()
         if self._sample_list:
@@ -191,6 +195,15 @@ class TensorListGPU(SampleList):
         if len(tl._source_info) < n:
             tl._source_info += [""] * (n - len(tl._source_info))
         return tl
+
+    def memory_ids(self) -> set:
+        """Identities of the device allocations the samples live in (views of one allocation
+        share its identity): what the executor compares to know whether two batches share memory."""
+        if self._dense is not None:
+            return {id(self._dense.data.mem)}
+        if self._flat is not None:
+            return {id(self._flat[0].data.mem)}
+        return {id(s.data.mem) for s in self._samples}
 
     def flat_parts(self):
         """(1-D buffer, element offsets, shapes) when the samples lie in one device buffer (a

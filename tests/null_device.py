@@ -43,7 +43,11 @@ class ndarray(np.ndarray):  # noqa: N801 - CuPy's name
 
     @property
     def data(self):
-        return _MemPtr(self.__array_interface__["data"][0])
+        # .mem: the allocation (the end of the view chain), as CuPy's views share their memory's
+        root = self
+        while isinstance(getattr(root, "base", None), np.ndarray):
+            root = root.base
+        return _MemPtr(self.__array_interface__["data"][0], root)
 
     def get(self, stream=None, out=None):
         host = np.array(self, copy=True).view(np.ndarray)

@@ -41,6 +41,10 @@ class BatchContext:
     stream: Any = None  # the pipeline's CUDA stream, on the GPU stage
     device_id: int | None = None
     prepared: Any = None  # what a source operator prepared for this batch in advance()
+    # GPU stage: positions of the inputs whose device memory the operator may overwrite (this
+    # node is their last reader and no other live batch shares their memory); see
+    # Operator.gpu_writes_in_place.
+    donated: frozenset = frozenset()
     on_error: str = "raise"  # "raise", or "skip"/"substitute": failed samples go to `failures`
     failures: dict = field(default_factory=dict)  # sample index -> OperatorError
     index_offset: int = 0  # added to sample indices for random streams (refilled samples)
@@ -195,6 +199,9 @@ class Operator:
 
     # --- helpers ------------------------------------------------------------
     parallel_samples = True  # False for operators whose samples must run in order
+    # True where the GPU implementation can write its output into a donated input's memory
+    # (BatchContext.donated): the executor then works out which inputs it may donate.
+    gpu_writes_in_place = False
 
     @property
     def num_outputs(self) -> int:

@@ -475,6 +475,8 @@ class Executor:
                            stream=self.gpu.stream if gpu else None,
                            device_id=self.gpu.device_id if self.gpu else None)
         ctx.prepared = it.values["prepared"].get(node.id)
+        if gpu and inst.gpu_writes_in_place:
+            ctx.donated = self._donated_inputs(node, it, inputs)
         ctx.on_error = "raise" if gpu else self.on_error  # (a GPU stage has no way back to the readers)
         ctx.index_offset = it.offset
         ctx.sample_ids = ids
@@ -492,6 +494,27 @@ class Executor:
             self._drop(it, node, ctx, n)
         for i, out in enumerate(outs):
             it.values[(node.id, i)] = out
+
+    def _donated_inputs(self, node, it: Iteration, inputs: list) -> frozenset:
+        """The positions of ``node``'s inputs whose memory its operator may overwrite: device
+        batches that ``node`` reads last (not pipeline outputs), read once by it, made fresh by
+        their producer (``TensorListGPU.fresh``: no cache keeps them), and whose memory no other
+        live value of the iteration shares (a view of it elsewhere would see the writes)."""
+        dying = self._last_use.get(node.id, ())
+        keys = [(x.source.id, x.index) for x in node.inputs]
+        arg_keys = {(x.source.id, x.index) for x in node.arg_inputs.values()}
+        picked = [i for i, (k, v) in enumerate(zip(keys, inputs))
+                  if k in dying and keys.count(k) == 1 and k not in arg_keys and is_gpu_batch(v) and v.fresh]
+        if not picked:
+            return frozenset()
+        mine = {i: inputs[i].memory_ids() for i in picked}
+        others: set = set()
+        for key, value in it.values.items():
+            if key != "prepared" and key not in {keys[i] for i in picked} and is_gpu_batch(value):
+                others |= value.memory_ids()
+        for i in picked:  # (two picked inputs sharing memory would see each other's writes)
+            others |= set().union(*(mine[j] for j in picked if j != i))
+        return frozenset(i for i in picked if not mine[i] & others)
 
     def _drop(self, it: Iteration, node, ctx: BatchContext, n: int) -> None:
         """Remove the samples that failed in ``node`` from everything computed so far in ``it``."""

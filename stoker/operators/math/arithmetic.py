@@ -60,16 +60,31 @@ def result_type(a: np.dtype, b: np.dtype) -> np.dtype:
     return np.promote_types(a, b)
 
 
-def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype, xp=np):
+def _into(out, dtype: np.dtype, *operands):
+    """``out`` when the result (of ``dtype``, the operands' broadcast shape) can be written into
+    it, else None (the result is then a new array)."""
+    if out is None or out.dtype != dtype:
+        return None
+    try:
+        shape = np.broadcast_shapes(*(tuple(getattr(v, "shape", ())) for v in operands))
+    except ValueError:
+        return None
+    return out if tuple(shape) == tuple(out.shape) else None
+
+
+def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype, xp=np, out=None):
     """Apply a binary expression to arrays (or scalars) with DALI's result types; ``xp`` is the
-    array module (NumPy, or CuPy for device arrays)."""
+    array module (NumPy, or CuPy for device arrays). ``out``: an array the result may be written
+    into (an input whose memory is free to reuse); used where the result has its type and shape."""
     out_t = result_type(tx, ty)
     if expr == "fdiv":
         ft = out_t if out_t.kind == "f" else np.dtype(np.float32)
-        return xp.true_divide(xp.asarray(x, ft), xp.asarray(y, ft)).astype(ft, copy=False)
+        xx, yy = xp.asarray(x, ft), xp.asarray(y, ft)
+        return xp.true_divide(xx, yy, out=_into(out, ft, xx, yy)).astype(ft, copy=False)
     if expr == "div":
         if out_t.kind == "f":
-            return xp.true_divide(xp.asarray(x, out_t), xp.asarray(y, out_t)).astype(out_t, copy=False)
+            xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
+            return xp.true_divide(xx, yy, out=_into(out, out_t, xx, yy)).astype(out_t, copy=False)
         xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
         # C-style integer division truncates toward zero (DALI's semantics)
         with np.errstate(divide="ignore") if xp is np else contextlib.nullcontext():
@@ -78,7 +93,8 @@ def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype, xp=np):
     if expr == "mod":
         xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
         return xp.fmod(xx, yy).astype(out_t, copy=False)
-    res = getattr(xp, _BINARY[expr])(xp.asarray(x, out_t), xp.asarray(y, out_t))
+    xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
+    res = getattr(xp, _BINARY[expr])(xx, yy, out=None if expr in _COMPARE else _into(out, out_t, xx, yy))
     if expr in _COMPARE:
         return res.astype(np.bool_, copy=False)
     return res.astype(out_t, copy=False)
@@ -95,9 +111,10 @@ def unary(expr: str, x, xp=np):
     return res.astype(ft, copy=False)
 
 
-def evaluate(args: dict, inputs: list, xp=np):
+def evaluate(args: dict, inputs: list, xp=np, out=None):
     """One sample's (or one flat buffer's) result of the ``_arithmetic`` operator with arguments
-    ``args`` (expr, lhs/rhs constants, lo/hi) on ``inputs``."""
+    ``args`` (expr, lhs/rhs constants, lo/hi) on ``inputs``; binary expressions may write it into
+    ``out`` (see :func:`binary`)."""
     expr = args["expr"]
     if expr in _UNARY_SAME or expr in _UNARY_FLOAT:
         return unary(expr, inputs[0], xp)
@@ -112,7 +129,7 @@ def evaluate(args: dict, inputs: list, xp=np):
     y = next(it) if rhs is None else rhs
     tx = x.dtype if lhs is None else _const_dtype(lhs)
     ty = y.dtype if rhs is None else _const_dtype(rhs)
-    return binary(expr, x, y, tx, ty, xp)
+    return binary(expr, x, y, tx, ty, xp, out=out)
 
 
 @register
@@ -127,6 +144,7 @@ class Arithmetic(Operator):
         inputs=(1, 3),
         devices=("cpu", "gpu"),
     )
+    gpu_writes_in_place = True  # a float x / 255 after a cast reuses the cast's buffer
 
     def run_sample(self, inputs, args, ctx):
         return evaluate(self.args, inputs)

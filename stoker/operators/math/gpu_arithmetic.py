@@ -109,8 +109,8 @@ def gpu_arithmetic(op, batch, inputs, arg_inputs):
             flat = [buf[start:end].reshape(count, size) if role == "same" else
                     buf[cp.asarray(off)][cp.asarray(row_sample)].reshape(count, 1)
                     for (buf, off, _), role in zip(parts, roles)]
-            result = evaluate(op.args, flat, cp).reshape(-1)
-            return [TensorListGPU.from_flat(result, offsets - start, shapes, layout, source)]
+            result = evaluate(op.args, flat, cp, out=_donated(batch, flat, roles)).reshape(-1)
+            return [_fresh(TensorListGPU.from_flat(result, offsets - start, shapes, layout, source))]
         sample = _sample_of_element(cp, offsets, sizes, start, end) if "spread" in roles and end > start else None
         if sample is not None or end == start or "spread" not in roles:
             flat = []
@@ -121,8 +121,23 @@ def gpu_arithmetic(op, batch, inputs, arg_inputs):
                     flat.append(buf[:0])
                 else:  # each sample's one value, then every element takes its sample's
                     flat.append(buf[cp.asarray(off)][sample])
-            result = evaluate(op.args, flat, cp)
-            return [TensorListGPU.from_flat(result, offsets - start, shapes, layout, source)]
+            result = evaluate(op.args, flat, cp, out=_donated(batch, flat, roles))
+            return [_fresh(TensorListGPU.from_flat(result, offsets - start, shapes, layout, source))]
     samples = [x.samples() for x in inputs]
     outs = [evaluate(op.args, [s[i] for s in samples], cp) for i in range(n)]
-    return [TensorListGPU(outs, layout, source)]
+    return [_fresh(TensorListGPU(outs, layout, source))]
+
+
+def _donated(batch, flat: list, roles) -> object:
+    """The first whole-buffer operand whose memory the executor donated (BatchContext.donated):
+    the result may be written into it. None when there is none."""
+    for i in sorted(batch.donated):
+        if i < len(flat) and roles[i] == "same":
+            return flat[i]
+    return None
+
+
+def _fresh(out):
+    """The result owns its memory (new, or a donated input's that nothing else reads)."""
+    out.fresh = True
+    return out

@@ -44,13 +44,17 @@ def gpu_cast(op, batch, inputs, arg_inputs):
     dtype = op.args.get("dtype")
     dense = x.dense()
     if dense is not None:
-        return [TensorListGPU(cast_array(dense, dtype), x.layout(), x.source_info())]
-    parts = x.flat_parts()
-    if parts is not None and len(x):
-        # The span of the buffer the samples occupy, cast at once; the samples keep their places
-        # in it (gaps between them are cast too, and never read).
-        buf, offsets, shapes = parts
-        start, end = flat_span(offsets, shapes)
-        return [TensorListGPU.from_flat(cast_array(buf[start:end], dtype), offsets - start, shapes,
-                                        x.layout(), x.source_info())]
-    return [TensorListGPU([cast_array(s, dtype) for s in x.samples()], x.layout(), x.source_info())]
+        out = TensorListGPU(cast_array(dense, dtype), x.layout(), x.source_info())
+    else:
+        parts = x.flat_parts()
+        if parts is not None and len(x):
+            # The span of the buffer the samples occupy, cast at once; the samples keep their places
+            # in it (gaps between them are cast too, and never read).
+            buf, offsets, shapes = parts
+            start, end = flat_span(offsets, shapes)
+            out = TensorListGPU.from_flat(cast_array(buf[start:end], dtype), offsets - start, shapes,
+                                          x.layout(), x.source_info())
+        else:
+            out = TensorListGPU([cast_array(s, dtype) for s in x.samples()], x.layout(), x.source_info())
+    out.fresh = True  # (cast_array always makes a new array: a later operator may write into it)
+    return [out]
