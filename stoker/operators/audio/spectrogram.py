@@ -1,0 +1,125 @@
+"""``spectrogram``: short-time Fourier transform magnitudes of a one-channel float signal.
+
+Windows of ``window_length`` samples every ``window_step`` samples are multiplied by
+``window_fn`` (default: the periodic Hann window sampled at half steps, ``0.5 - 0.5 cos(2 pi
+(t + 0.5) / N)``, which is DALI's), zero-padded to ``nfft`` (default ``window_length``) and
+transformed with ``numpy.fft.rfft``; each bin's magnitude (``power=1``) or squared magnitude
+(``power=2``) is kept, ``nfft // 2 + 1`` bins in all.
+
+With ``center_windows`` (default) window ``k`` is centred on sample ``k * window_step``, there
+are ``T // window_step + 1`` of them and the signal is extended past its ends by mirroring
+(``reflect_padding``, without repeating the edge sample) or with zeros. Without it only the
+``(T - window_length) // window_step + 1`` windows inside the signal are taken.
+
+Output: float32 (bins, windows) with layout "ft", or (windows, bins) "tf".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.errors import arg_error
+from stoker.operators.base import Operator
+from stoker.operators.schema import Arg, Schema, register
+
+
+def hann_window(n: int) -> np.ndarray:
+    """DALI's default analysis window: ``0.5 (1 - cos(2 pi (t + 0.5) / n))``, float32."""
+    t = np.arange(n, dtype=np.float64)
+    return (0.5 * (1.0 - np.cos(2.0 * np.pi / n * (t + 0.5)))).astype(np.float32)
+
+
+def window_indices(n: int, length: int, step: int, center: bool, reflect: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, inside): the signal index read by each (window, tap), shape (windows, length),
+    and whether it lies in the signal (False only where zero padding applies)."""
+    if center:
+        count = n // step + 1
+        offset = length // 2
+    else:
+        count = (n - length) // step + 1 if n >= length else 0
+        offset = 0
+    idx = np.arange(count, dtype=np.int64)[:, None] * step - offset + np.arange(length, dtype=np.int64)
+    if reflect and center and n > 0:
+        if n == 1:
+            idx = np.zeros_like(idx)
+        else:
+            # mirror about both ends (no repeated edge): the pattern repeats every 2n - 2 samples
+            period = 2 * n - 2
+            m = np.mod(idx, period)
+            idx = np.where(m < n, m, period - m)
+    inside = (idx >= 0) & (idx < n)
+    return np.clip(idx, 0, max(n - 1, 0)), inside
+
+
+def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndarray, power: int,
+               center: bool, reflect: bool) -> np.ndarray:
+    """The (windows, nfft // 2 + 1) float32 spectrogram of the 1D float32 signal ``x``."""
+    idx, inside = window_indices(x.shape[0], length, step, center, reflect)
+    if x.shape[0] == 0:
+        frames = np.zeros(idx.shape, np.float32)
+    else:
+        frames = np.where(inside, x[idx], np.float32(0)) * window
+    spec = np.fft.rfft(frames.astype(np.float32), n=nfft, axis=1)
+    if power == 2:
+        out = spec.real ** 2 + spec.imag ** 2
+    else:
+        out = np.abs(spec)
+    return out.astype(np.float32)
+
+
+@register
+class Spectrogram(Operator):
+    """Power or magnitude spectrogram of 1D audio."""
+
+    schema = Schema(
+        name="spectrogram",
+        legacy_name="Spectrogram",
+        doc="Short-time Fourier transform of a 1D float signal ((T,), (T, 1) or (1, T)): float32 (bins, windows) "
+            "with layout 'ft', or 'tf'.",
+        args=[Arg("nfft", "int", None, doc="FFT size (default: window_length); gives nfft // 2 + 1 bins"),
+              Arg("window_length", "int", 512, doc="samples per window"),
+              Arg("window_step", "int", 256, doc="samples between the starts of consecutive windows"),
+              Arg("window_fn", "float_list", None, doc="window_length weights of each window (default: Hann)"),
+              Arg("power", "int", 2, doc="1: magnitude, 2: power"),
+              Arg("center_windows", "bool", True, doc="centre window k on sample k * window_step (pads the ends)"),
+              Arg("reflect_padding", "bool", True, doc="pad by mirroring (True) or with zeros (False)"),
+              Arg("layout", "layout", "ft", doc="'ft' (frequency major) or 'tf' (time major)")],
+        devices=("cpu",),
+    )
+
+    def setup(self):
+        a, name = self.args, self.schema.name
+        if a["window_length"] < 1:
+            raise arg_error(name, "window_length", f"must be positive, got {a['window_length']}")
+        if a["window_step"] < 1:
+            raise arg_error(name, "window_step", f"must be positive, got {a['window_step']}")
+        self.nfft = a["nfft"] if a["nfft"] is not None else a["window_length"]
+        if self.nfft < a["window_length"]:
+            raise arg_error(name, "nfft", f"must be at least window_length ({a['window_length']}), got {self.nfft}")
+        if a["power"] not in (1, 2):
+            raise arg_error(name, "power", f"must be 1 (magnitude) or 2 (power), got {a['power']}")
+        if a["layout"] not in ("ft", "tf"):
+            raise arg_error(name, "layout", f"must be 'ft' or 'tf', got {a['layout']!r}")
+        if a["window_fn"] is not None:
+            if len(a["window_fn"]) != a["window_length"]:
+                raise arg_error(name, "window_fn", f"needs window_length ({a['window_length']}) values, "
+                                                   f"got {len(a['window_fn'])}")
+            self.window = np.asarray(a["window_fn"], np.float32)
+        else:
+            self.window = hann_window(a["window_length"])
+
+    def output_layouts(self, input_layouts):
+        return [self.args["layout"]]
+
+    def run_sample(self, inputs, args, ctx):
+        x = np.asarray(inputs[0])
+        if x.ndim == 2 and 1 in x.shape:
+            x = x.reshape(-1)
+        if x.ndim != 1:
+            raise self.error(f"expects one channel of audio, (T,), (T, 1) or (1, T), got shape {x.shape}")
+        if x.dtype != np.float32:
+            raise self.error(f"expects float32 audio, got {x.dtype} (cast it, or decode with dtype=FLOAT)")
+        a = self.args
+        spec = stft_power(x, self.nfft, a["window_length"], a["window_step"], self.window, a["power"],
+                          a["center_windows"], a["reflect_padding"])
+        return np.ascontiguousarray(spec.T) if a["layout"] == "ft" else spec
