@@ -1,6 +1,7 @@
 """Command line: ``stoker demo`` (sample data -> training pipeline -> images/s + preview PNG),
-``stoker sample-data``, ``stoker info``, ``stoker show`` (a grid of a pipeline's images) and
-``stoker graph`` (its operator graph). ``stoker --help`` and ``stoker CMD --help`` describe them.
+``stoker sample-data``, ``stoker info``, ``stoker show`` (a grid of a pipeline's images),
+``stoker graph`` (its operator graph) and ``stoker index`` (TFRecord / webdataset index files).
+``stoker --help`` and ``stoker CMD --help`` describe them.
 
 The demo's pipeline is the standard ImageNet training pipeline written with the
 DALI API: file reader, decode with random crop, resize 224, random mirror,
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     g.add_argument("--renderer", choices=["auto", "graphviz", "builtin"], default="auto",
                    help="auto (default): Graphviz if installed, else built-in; graphviz: require it")
+    from stoker._cli_index import add_parser as add_index_parser
+
+    add_index_parser(sub)
     return ap
 
 
@@ -211,6 +215,10 @@ def main(argv=None) -> int:
             from stoker._cli_graph import graph
 
             print(graph(a.pipeline, a.output, function=a.function, data=a.data, renderer=a.renderer))
+        elif a.cmd == "index":
+            from stoker._cli_index import run as write_indexes
+
+            print(write_indexes(a))
     except CLIError as e:
         print(f"stoker {a.cmd}: error: {e}", file=sys.stderr)
         return 1

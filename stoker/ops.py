@@ -33,8 +33,13 @@ class LegacyOperator:
         return f"ops.{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())})"
 
 
+# Words DALI's class names spell in capitals (ops.readers.COCO, ops.MFCC, ops.BBoxPaste).
+_WORDS = {"coco": "COCO", "mxnet": "MXNet", "tfrecord": "TFRecord", "mfcc": "MFCC", "bbox": "BBox",
+          "roi": "ROI", "ssd": "SSD", "dl": "DL"}
+
+
 def _camel(name: str) -> str:
-    return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
+    return "".join(_WORDS.get(p, p[:1].upper() + p[1:]) for p in name.split("_"))
 
 
 def _legacy_class(op_name: str, class_name: str) -> type:

@@ -68,3 +68,12 @@ def test_legacy_iter_setup_feeds_external_source():
     outs = [pipe.run()[0].as_array()[0, 0] for _ in range(3)]
     assert outs == [2.0, 4.0, 6.0]
     pipe.close()
+
+
+def test_legacy_class_names_spell_dali_capitals():
+    # DALI writes some words in capitals: ops.readers.COCO, ops.readers.MXNet, ops.MFCC
+    for owner, name, op in [(ops.readers, "COCO", "readers.coco"), (ops.readers, "MXNet", "readers.mxnet"),
+                            (ops.readers, "TFRecord", "readers.tfrecord"), (ops, "MFCC", "mfcc"),
+                            (ops.readers, "Webdataset", "readers.webdataset"), (ops.readers, "File", "readers.file")]:
+        assert getattr(owner, name)._op_name == op
+    assert not hasattr(ops.readers, "Coco")

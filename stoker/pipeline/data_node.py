@@ -305,6 +305,9 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     rec = _current_graph_recorder()
     if rec is not None:
         rec.nodes.append(node)
+    names = getattr(schema, "output_names", None)  # readers.tfrecord: a dict keyed by feature name
+    if names is not None and names(static) is not None:
+        return dict(zip(names(static), node.outputs))
     as_list = getattr(schema, "outputs_as_list", None)  # e.g. external_source with num_outputs given
     if as_list is not None and as_list(static):
         return list(node.outputs)

@@ -4,6 +4,14 @@ Outputs per sample: the file's bytes (1D uint8) and its label (int32, shape (1,)
 The sample's ``source_info`` is the path as DALI reports it (relative to
 ``file_root`` when there is one); errors name the full path.
 
+``file_root``, ``file_list`` and ``files`` may be fsspec URLs (``s3://``, ``gs://``,
+``http(s)://``): listing, the list file and the samples are then read through
+:mod:`._storage` (retries, the local cache: see :mod:`._remote`). Local files are read by
+the I/O helper process when it is on (:mod:`._io_worker`); remote files are read in this
+process instead, each batch fetched concurrently in one call while the next batch is
+fetched ahead on a thread of its own (the helper is plain Python without fsspec, and a
+batch of remote reads waits on the network, not on the GIL).
+
 Order, shard boundaries, padding, shard rotation and ``reader_meta()`` match
 DALI; shuffling is a per-pass permutation (see :mod:`._order`) instead of
 DALI's ``initial_fill`` buffer, so that a checkpoint is O(1).
@@ -20,6 +28,7 @@ import numpy as np
 
 from stoker.errors import CheckpointError, PipelineBuildError, printable
 from stoker.operators.base import Reader
+from stoker.operators.readers import _storage
 from stoker.operators.readers._io_worker import ReadWorker
 from stoker.operators.readers._listing import (
     DEFAULT_FILE_FILTERS,
@@ -119,6 +128,7 @@ class FileReader(Reader):
         self._worker = None
         self._worker_thread = None  # waits on the helper for the next batch's files
         self._pending_read = None  # (paths, future) of the batch read ahead
+        self._remote = False  # some files are URLs: read with _storage.read_many, never by the helper
 
     def _label(self) -> str:
         return "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
@@ -160,18 +170,27 @@ class FileReader(Reader):
                     raise ListingError("files", "is empty")
                 base = root
             elif a["file_list"] is not None:
+                _storage.require(a["file_list"])
                 paths, labels = read_file_list(a["file_list"])
-                base = root if root is not None else os.path.dirname(os.path.abspath(a["file_list"]))
+                base = root if root is not None else _storage.parent(a["file_list"])
             else:
+                _storage.require(root)
                 paths, labels, broken = list_class_folders(root, a["file_filters"], a["dir_filters"],
                                                            a["case_sensitive_filter"])
                 base = root
+            # (a file:// path is read as the local path it names, also by the I/O helper process)
+            full_paths = [q if _storage.is_remote(q) else _storage.local_path(q)
+                          for q in (_storage.join(base, p) for p in paths)]
+            self._require_drivers(full_paths)
         except ListingError as e:
             raise self._arg_error(e.arg, str(e)) from None
+        except _storage.StorageUnavailableError as e:
+            raise self._arg_error(self._remote_arg(), str(e)) from None
         if len(paths) < a["num_shards"]:
             raise self._arg_error("num_shards", f"{a['num_shards']} shards for only {len(paths)} files")
         self.paths = paths
-        self.full_paths = [os.path.join(base, p) if base else p for p in paths]
+        self.full_paths = full_paths
+        self._remote = any(_storage.is_remote(p) for p in full_paths)
         self._broken = broken
         if broken:
             shown = "; ".join(f"{printable(paths[i])}: {printable(why)}" for i, why in list(broken.items())[:3])
@@ -188,6 +207,32 @@ class FileReader(Reader):
             pending, self._pending_state = self._pending_state, None
             self.set_state(pending)
 
+    @staticmethod
+    def _require_drivers(full_paths: list[str]) -> None:
+        """Fail at build, not at the first sample, when a URL's scheme has no driver installed."""
+        seen = set()
+        for p in full_paths:
+            scheme = p.partition("://")[0] if _storage.is_remote(p) else None
+            if scheme is not None and scheme not in seen:
+                seen.add(scheme)
+                _storage.require(p)
+
+    def _remote_arg(self) -> str:
+        """The argument that brought in the URLs (for errors)."""
+        a = self.args
+        for arg in ("file_root", "file_list"):
+            if a[arg] is not None and _storage.is_remote(a[arg]):
+                return arg
+        return "files" if a["files"] is not None else ("file_list" if a["file_list"] is not None else "file_root")
+
+    def _maybe_remote(self) -> bool:
+        """Whether files are URLs (known before listing from the arguments, for lazy_init)."""
+        if self._order is not None:
+            return self._remote
+        a = self.args
+        given = [a["file_root"], a["file_list"], *(a["files"] or ())]
+        return any(p is not None and _storage.is_remote(p) for p in given)
+
     # --- Reader contract -------------------------------------------------------
     def epoch_size(self, padded: bool = False) -> int:
         order = self._ensure_listed()
@@ -201,11 +246,7 @@ class FileReader(Reader):
         path = self.full_paths[ref]
         if ref in self._broken:  # found unreadable when listed: fails like a corrupt file
             raise OSError(f"cannot read file {path!r}: {self._broken[ref]}")
-        try:
-            with open(path, "rb", buffering=0) as f:
-                raw = f.read()
-        except OSError as e:
-            raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
+        raw = _storage.read_bytes(path)  # (OSError naming the path, or URL after retries)
         # A read-only view of the bytes object: no second copy (encoded data is never written).
         return np.frombuffer(raw, dtype=np.uint8), self.labels[ref:ref + 1].copy()
 
@@ -214,7 +255,7 @@ class FileReader(Reader):
 
     # --- reading through the I/O helper process -------------------------------------------------
     def _io(self):
-        if self._worker is None and self._use_worker:
+        if self._worker is None and self._use_worker and not self._maybe_remote():
             try:
                 self._worker = ReadWorker()
                 self._worker_thread = ThreadPoolExecutor(1, thread_name_prefix="stoker-read")
@@ -225,14 +266,16 @@ class FileReader(Reader):
 
     def run_cpu(self, batch, inputs, arg_inputs):
         """Read the batch's files: through the I/O helper process when it is on (see
-        :mod:`._io_worker`), reading the next batch ahead; else on the thread pool."""
+        :mod:`._io_worker`), reading the next batch ahead; URLs concurrently, also reading the
+        next batch ahead; else on the thread pool."""
+        if self._remote:
+            return self._run_remote(batch)
         worker = self._io()
         if worker is None:
             return super().run_cpu(batch, inputs, arg_inputs)
         refs = batch.prepared
         paths = [self.full_paths[r] for r in refs]
-        sources = [self.paths[r] for r in refs]
-        batch.sources = sources
+        batch.sources = [self.paths[r] for r in refs]
         pending, self._pending_read = self._pending_read, None
         try:
             if pending is not None and pending[0] == paths:
@@ -244,22 +287,49 @@ class FileReader(Reader):
             self.close()
             self._use_worker = False
             return super().run_cpu(batch, inputs, arg_inputs)
-        self._read_ahead(len(refs))
+        self._read_ahead(len(refs), self._worker.read)
+        return self._assemble(batch, refs, paths, samples, errors, hints, located)
+
+    def _run_remote(self, batch):
+        """A batch of URLs: fetched in one concurrent call (:func:`._storage.read_many`), and the
+        next batch's fetch started on the read-ahead thread before this one is handed on."""
+        refs = batch.prepared
+        paths = [self.full_paths[r] for r in refs]
+        batch.sources = [self.paths[r] for r in refs]
+        if self._worker_thread is None:
+            self._worker_thread = ThreadPoolExecutor(1, thread_name_prefix="stoker-read")
+        pending, self._pending_read = self._pending_read, None
+        if pending is not None and pending[0] == paths:
+            got = pending[1].result()
+        else:
+            got = _storage.read_many(paths)
+        self._read_ahead(len(refs), _storage.read_many)
+        samples = [np.frombuffer(g, dtype=np.uint8) if isinstance(g, bytes) else None for g in got]
+        errors = {i: g for i, g in enumerate(got) if not isinstance(g, bytes)}
+        return self._assemble(batch, refs, paths, samples, errors)
+
+    def _assemble(self, batch, refs, paths, samples, errors, hints=None, located=None):
+        """The outputs of a batch read outside the thread pool: ``samples`` (None where reading
+        failed), ``errors`` {position: reason text or OSError}; failed samples go through the
+        error policy (on_error) as in the per-sample path."""
+        sources = batch.sources
         for i, r in enumerate(refs):
             if r in self._broken:  # (the helper read the entry's path as it stands, e.g. a folder)
                 samples[i], errors[i] = None, self._broken[r]
         labels = self.labels[np.asarray(refs, dtype=np.int64)].reshape(-1, 1)
         if not errors:  # every file read: no per-sample step
             data = TensorListCPU(samples, "", sources)
-            # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
-            # instead of scanning in this process (stoker/operators/decoders/_hardware_path.py).
-            data._frame_hints = hints
-            data._located = located  # (addresses, sizes): the engines' staging needs no step per sample
+            if hints is not None or located is not None:
+                # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
+                # instead of scanning in this process (stoker/operators/decoders/_hardware_path.py).
+                data._frame_hints = hints
+                data._located = located  # (addresses, sizes): the engines' staging needs no step per sample
             return [data, TensorListCPU(labels, "", sources)]
 
         def one(i):
             if samples[i] is None:
-                raise OSError(f"cannot read file {paths[i]!r}: {errors.get(i)}")
+                why = errors.get(i)
+                raise why if isinstance(why, OSError) else OSError(f"cannot read file {paths[i]!r}: {why}")
             return samples[i], labels[i]
 
         pool, batch.pool = batch.pool, None  # nothing left to parallelize
@@ -272,8 +342,9 @@ class FileReader(Reader):
             return [TensorListCPU([r[0] for r in results], "", sources), TensorListCPU(labels, "", sources)]
         return [TensorListCPU([results[i][k] for i in kept], "", [sources[i] for i in kept]) for k in range(2)]
 
-    def _read_ahead(self, count: int) -> None:
-        """Ask the helper for the next ``count`` files now (the stream is peeked, not advanced)."""
+    def _read_ahead(self, count: int, read) -> None:
+        """Start ``read`` (the helper's, or the remote one) of the next ``count`` files now on the
+        read-ahead thread (the stream is peeked, not advanced)."""
         order = self._order
         saved = order.epoch, order.position
         try:
@@ -281,10 +352,10 @@ class FileReader(Reader):
         finally:
             order.epoch, order.position = saved
         paths = [self.full_paths[r] for r in refs]
-        self._pending_read = (paths, self._worker_thread.submit(self._worker.read, paths))
+        self._pending_read = (paths, self._worker_thread.submit(read, paths))
 
     def close(self) -> None:
-        """Stop the I/O helper process (``Pipeline.close``)."""
+        """Stop the I/O helper process and the read-ahead thread (``Pipeline.close``)."""
         worker, self._worker = self._worker, None
         thread, self._worker_thread = self._worker_thread, None
         self._pending_read = None
