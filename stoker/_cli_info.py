@@ -133,6 +133,24 @@ def info_lines() -> list[tuple[str, str]]:
         rows.append(("operators", str(len(ops))))
     except Exception as e:  # noqa: BLE001
         rows.append(("operators", f"could not be listed ({type(e).__name__}: {e})"))
+    rows += settings_lines()
+    return rows
+
+
+def settings_lines() -> list[tuple[str, str]]:
+    """(variable, value in force) for every user setting (stoker.settings); "(set)" marks the
+    values that differ from the default, "not accepted" a bad value."""
+    from stoker import settings
+
+    current = settings.get()
+    rows = []
+    for s in settings.user_settings():
+        try:
+            value = getattr(current, s.name)
+        except settings.SettingsError as e:
+            rows.append((s.variable, f"not accepted: {e}"))
+            continue
+        rows.append((s.variable, s.default_text if value == s.default else f"{s.kind.show(value)} (set)"))
     return rows
 
 

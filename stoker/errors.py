@@ -51,6 +51,13 @@ class OperatorError(StokerError, RuntimeError):
         super().__init__(" ".join(p for p in parts if p))
 
 
+class OperatorBugError(OperatorError):
+    """An operator failed on a sample because of code, not data: a TypeError, KeyError,
+    AssertionError, AttributeError... raised in the operator, or in the user's function of a
+    ``python_function``. Raised whatever ``on_error`` says, since skipping the sample would
+    report a bug as a bad file (see ``stoker.operators.base.SAMPLE_ERRORS``)."""
+
+
 class SampleError(StokerError):
     """Raised inside an operator for one sample; the executor adds operator, origin and source."""
 
@@ -96,20 +103,3 @@ def detached(err: BaseException) -> BaseException:
         e.__traceback__ = None
         e = e.__cause__ or e.__context__
     return err
-
-
-def env_count(name: str, default: int) -> int:
-    """The non-negative integer in environment variable ``name`` (``default`` when unset), or a
-    PipelineBuildError naming the variable."""
-    import os
-
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise PipelineBuildError(f"environment variable {name} must be a non-negative integer, got {value!r}")
-    return count

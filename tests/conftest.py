@@ -1,4 +1,7 @@
-"""Shared fixtures: generated sample images, and skipping of GPU / oracle tests where they can't run."""
+"""Shared fixtures: generated sample images, stoker settings for one test, and skipping of GPU /
+oracle tests where they can't run."""
+
+import contextlib
 
 import pytest
 
@@ -28,3 +31,29 @@ def sample_jpeg_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("sample_jpegs")
     write_dataset(str(root), 24, classes=3, seed=1, workers=2)
     return str(root)
+
+
+@pytest.fixture
+def stoker_settings():
+    """Change stoker settings until the test ends: ``stoker_settings(fuse=False)`` (by name, as
+    ``stoker.settings.override`` takes them; a later call wins)."""
+    from stoker import settings
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **values: stack.enter_context(settings.override(**values))
+
+
+@pytest.fixture
+def stoker_environ(monkeypatch):
+    """Set ``STOKER_*`` variables in this process until the test ends, and have stoker read them
+    afresh: ``stoker_environ(STOKER_FUSE="0")`` (the settings' own parsing under test)."""
+    from stoker import settings
+
+    def set_variables(**variables):
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        settings.reload()
+
+    yield set_variables
+    monkeypatch.undo()
+    settings.reload()

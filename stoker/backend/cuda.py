@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from stoker import settings
+
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
 
 
@@ -76,9 +78,9 @@ def use_memory_pool(kind: str | None = None) -> str:
         if _pool_chosen is not None:
             return _pool_chosen
         cp = _cupy()
-        kind = kind or os.environ.get("STOKER_GPU_POOL", "default")
+        kind = kind or settings.get().gpu_pool
         if kind not in ("default", "plain", "async", "torch"):
-            raise ValueError(f"STOKER_GPU_POOL must be 'default', 'plain', 'async' or 'torch', got {kind!r}")
+            raise ValueError(f"the memory pool must be 'default', 'plain', 'async' or 'torch', got {kind!r}")
         if kind == "torch":
             cp.cuda.set_allocator(_torch_malloc)
             _pool_chosen, _pool_object = kind, None
@@ -162,11 +164,11 @@ def set_sync_mode(device_id: int, mode: str | None = None) -> int | None:
     CuPy, nvJPEG and PyTorch share. Returns the driver's status, or None when nothing was set."""
     import ctypes
 
-    mode = (mode or os.environ.get("STOKER_CUDA_SYNC", "default")).strip().lower()
+    mode = (mode or settings.get().cuda_sync).strip().lower()
     if mode == "default":
         return None
     if mode not in _SYNC_FLAGS:
-        raise ValueError(f"STOKER_CUDA_SYNC must be 'default', 'spin', 'yield' or 'blocking', not {mode!r}")
+        raise ValueError(f"the sync mode must be 'default', 'spin', 'yield' or 'blocking', not {mode!r}")
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:

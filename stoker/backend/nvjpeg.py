@@ -27,17 +27,12 @@ import time
 
 import numpy as np
 
+from stoker import settings
 from stoker.backend.jpeg_header import has_end_marker, jpeg_frame
 
 _BACKEND_GPU_HYBRID = 2
 _BACKEND_HARDWARE = 3
 _OUTPUT_RGBI = 5
-
-
-# STOKER_NVJPEG_HOST_WAIT=0 drops the host wait before an engines' call (HardwareDecoder.run):
-# only to measure what the wait costs, since without it the engines may overwrite memory that
-# earlier work on the stream still reads.
-_HOST_WAIT = os.environ.get("STOKER_NVJPEG_HOST_WAIT", "1") != "0"
 
 
 class NvjpegUnavailable(RuntimeError):
@@ -259,14 +254,14 @@ class HardwareDecoder:
         self._free_params: list[list[ctypes.c_void_p]] = []
         self._all_params: list[ctypes.c_void_p] = []
         self._params_lock = threading.Lock()
-        self._staging = PinnedStaging(self.cp) if os.environ.get("STOKER_NVJPEG_PINNED", "1") != "0" else None
+        self._staging = PinnedStaging(self.cp) if settings.get().nvjpeg_pinned else None
         self._copier = None  # the thread that copies staged bitstreams into pinned blocks
         self._pad_out = None  # device scratch the padding images decode into (their pixels unused)
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
         self.last_run = (0.0, 0.0, 0.0)  # the last call's waits (staging copy, stream) and nvJPEG time
         # Host threads nvJPEG may use to parse a batch (the probe's 18.6k img/s used one per core).
-        self.threads = int(os.environ.get("STOKER_NVJPEG_THREADS", "0")) or os.cpu_count() or 4
+        self.threads = settings.get().nvjpeg_threads or os.cpu_count() or 4
 
     def _ensure(self, n: int) -> None:
         """Ready the state for a call of ``n`` images, from the calling thread."""
@@ -434,7 +429,9 @@ class HardwareDecoder:
             if call.copied is not None:
                 call.copied.result()
             t1 = time.perf_counter()
-            if self.backend == _BACKEND_HARDWARE and _HOST_WAIT:
+            # STOKER_NVJPEG_HOST_WAIT=0 drops this wait only to measure what it costs: without
+            # it the engines may overwrite memory that earlier work on the stream still reads.
+            if self.backend == _BACKEND_HARDWARE and settings.get().nvjpeg_host_wait:
                 (ready if ready is not None else stream).synchronize()
             t2 = time.perf_counter()
             status = self.releasing.nvjpegDecodeBatchedEx(self.handle, self.state, *call.args,

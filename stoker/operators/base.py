@@ -12,6 +12,8 @@ Most CPU operators only implement :meth:`Operator.run_sample`; the default
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,14 +21,20 @@ from typing import Any
 
 import numpy as np
 
-from stoker.errors import OperatorError, SampleError, StokerError, detached
+from stoker.errors import OperatorBugError, OperatorError, SampleError, StokerError, detached
 from stoker.random_state import SampleRNG, batch_generator
 from stoker.tensors import TensorListCPU
 
-# Exceptions of a sample's computation that count as that sample's failure (on_error applies);
-# any other exception stops the batch.
-SAMPLE_ERRORS = (SampleError, StokerError, ValueError, TypeError, OSError, IndexError, KeyError,
-                 ArithmeticError, RuntimeError, AssertionError, MemoryError)
+# Exceptions of a sample's computation that mean its data is bad, so that on_error applies:
+# errors raised on purpose (Operator.error's SampleError), decode and format errors (ValueError,
+# struct.error, zlib.error), I/O errors and truncated files (OSError, EOFError), numbers a
+# sample's values break (ArithmeticError: a zero-sized image, an overflowing header field) and
+# decompression bombs (MemoryError). Any other exception (TypeError, KeyError, IndexError,
+# AttributeError, AssertionError, RuntimeError...) is a bug in the operator, or in the user's
+# python_function: it becomes an OperatorBugError naming the operator and the sample, raised
+# whatever on_error says, since skipping would report a bug as a bad file.
+SAMPLE_ERRORS = (SampleError, ValueError, OSError, EOFError, struct.error, zlib.error, ArithmeticError,
+                 MemoryError)
 
 
 @dataclass
@@ -163,11 +171,17 @@ class Operator:
         def guarded(i):
             try:
                 return compute(i)
+            except OperatorBugError as e:
+                if e.operator:  # named already (a nested operator's)
+                    raise
+                raise self.sample_failure(e, batch, i) from e.__cause__
             except OperatorError as e:
                 err = e
             except SAMPLE_ERRORS as e:
                 err = self.sample_failure(e, batch, i)
                 err.__cause__ = e
+            except Exception as e:  # noqa: BLE001 - a bug: raised below whatever the policy
+                raise self.sample_failure(e, batch, i) from e
             if policy == "raise":
                 raise err
             batch.failures[i] = detached(err)
@@ -221,9 +235,16 @@ class Operator:
         return batch_generator(self.op_seed, batch.iteration)
 
     def sample_failure(self, exc: BaseException, batch: BatchContext, i: int) -> OperatorError:
-        reason = str(exc) or type(exc).__name__
-        return OperatorError(reason, operator=self.instance_name, origin=self.origin,
-                             source=batch.source(i), sample_index=i)
+        """The error that reports ``exc``, raised while computing sample ``i``: an OperatorError
+        naming the operator and the sample, or an OperatorBugError where ``exc`` is not one of
+        :data:`SAMPLE_ERRORS` (the operator's code failed, not the sample's data)."""
+        if isinstance(exc, SAMPLE_ERRORS):
+            return OperatorError(str(exc) or type(exc).__name__, operator=self.instance_name, origin=self.origin,
+                                 source=batch.source(i), sample_index=i)
+        reason = str(exc) if isinstance(exc, StokerError) else f"{type(exc).__name__}: {exc}"
+        return OperatorBugError(f"{reason} (an error in code, not in the sample's data: on_error does not skip it)",
+                                operator=self.instance_name, origin=self.origin, source=batch.source(i),
+                                sample_index=i)
 
     def error(self, message: str) -> SampleError:
         """A per-sample error raised from run_sample (the executor adds operator and source)."""

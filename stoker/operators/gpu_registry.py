@@ -12,11 +12,12 @@ and slow, so every fallback is counted in :data:`FALLBACKS`.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
+
+from stoker import settings
 
 _GPU_IMPLS: dict[str, Callable] = {}
 FALLBACKS: Counter = Counter()
@@ -57,7 +58,7 @@ GPU_MODULES = (
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = ()
+PENDING_GPU_MODULES: tuple[str, ...] = ("stoker.operators.readers.gpu_numpy",)
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
@@ -103,7 +104,7 @@ def load_gpu_impls() -> None:
 
     if not _loaded:
         _loaded = True
-        pending = PENDING_GPU_MODULES if os.environ.get("STOKER_GPU_PENDING") == "1" else ()
+        pending = PENDING_GPU_MODULES if settings.get().gpu_pending else ()
         for mod in GPU_MODULES + pending:
             try:
                 importlib.import_module(mod)
@@ -265,8 +266,10 @@ def plan_batch(op, batch, n: int, whole, one):
         return whole()
     except OperatorError:
         raise
-    except SAMPLE_ERRORS as e:
+    except Exception as e:  # noqa: BLE001 - the per-sample rule finds the sample and says whose fault
         per_sample(op, batch, n, one)  # raises for the first failing sample
+        if not isinstance(e, SAMPLE_ERRORS):
+            raise
         raise OperatorError(str(e) or type(e).__name__, operator=op.instance_name, origin=op.origin) from e
 
 
@@ -275,7 +278,6 @@ def per_sample(op, batch, n: int, compute) -> list:
     windows, matrices). A failure is raised as the CPU path raises it: an OperatorError naming the
     operator and the sample's source."""
     from stoker.errors import OperatorError
-    from stoker.operators.base import SAMPLE_ERRORS
 
     out = []
     for i in range(n):
@@ -283,7 +285,7 @@ def per_sample(op, batch, n: int, compute) -> list:
             out.append(compute(i))
         except OperatorError:
             raise
-        except SAMPLE_ERRORS as e:
+        except Exception as e:  # noqa: BLE001 - bad data or a bug: sample_failure says which
             raise op.sample_failure(e, batch, i) from e
     return out
 

@@ -33,6 +33,7 @@ import weakref
 
 import numpy as np
 
+from stoker import settings
 from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots, map_received, start_helper, stop_helper
 
 _log = logging.getLogger("stoker")
@@ -139,7 +140,7 @@ class _Worker:
         # Started isolated (start_helper): stoker from this process's copy, never from the
         # current directory or a PYTHONPATH set later.
         self.proc, self.sock = start_helper(["-m", "stoker.pipeline.chain_processes"],
-                                            env=dict(os.environ, **_SINGLE_THREADED))
+                                            env={**settings.child_environ(), **_SINGLE_THREADED})
         self.chains: set = set()
         self.inputs: dict = {}  # input slot key -> capacity the worker has mapped
         self.maps: dict = {}  # worker slot id -> our read-only mapping

@@ -33,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker.errors import OperatorError, StokerError, env_count, printable
+from stoker import settings
+from stoker.errors import OperatorError, StokerError, printable
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
@@ -81,15 +82,15 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     defaults to the cores this process may use). Measured on a 16-core host (benchmarks/results_log.md):
     the CPU training pipeline went from 906 to 3,324 img/s with 15 workers, validation from 781
     to 2,368; at 2 threads (2 cores) in-process and workers were level."""
-    value = os.environ.get("STOKER_CPU_PROCESSES", "auto").strip().lower()
+    value = settings.get().cpu_processes
     if not hasattr(os, "memfd_create"):
         return 0
-    if value in ("", "auto"):
+    if value is None:
         if cpus is None:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
         return min(num_threads, cpus) - 1 if many else 0
-    return env_count("STOKER_CPU_PROCESSES", 0)
+    return value
 
 
 def _last_uses(graph: Graph, keep: set) -> dict:
@@ -174,8 +175,7 @@ class Executor:
         # a busy CPU stage beside a decode slows the decode call (H100, batch 256: 84 ms per call
         # overlapped, 21 ms alone). In the whole training pipeline the two modes measured within
         # run-to-run noise of each other (3.0-3.9k img/s), so overlapping stays the default.
-        serial = os.environ.get("STOKER_SERIAL_STAGES", "0") == "1"
-        self._stage_lock = threading.Lock() if serial else contextlib.nullcontext()
+        self._stage_lock = threading.Lock() if settings.get().serial_stages else contextlib.nullcontext()
         if asynchronous:
             self._in: queue.Queue = queue.Queue()
             has_gpu = bool(graph.gpu_nodes)

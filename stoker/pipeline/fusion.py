@@ -44,11 +44,11 @@ path, so that refilled batches concatenate the same keys.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 
-from stoker.errors import OperatorError, detached
+from stoker import settings
+from stoker.errors import OperatorBugError, OperatorError, detached
 from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
 from stoker.tensors import TensorListCPU
 
@@ -63,7 +63,7 @@ _PER_SAMPLE_WRAPPERS = {
 
 def enabled() -> bool:
     """Fusion is on unless STOKER_FUSE=0."""
-    return os.environ.get("STOKER_FUSE", "1") != "0"
+    return settings.get().fuse
 
 
 @dataclass
@@ -226,6 +226,9 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
                 args = inst.sample_args(arg_inputs, i)
                 sctx = _sample_context(inst, ctx, i)
                 out = inst.run_sample(x, args, sctx)
+            except OperatorBugError as e:  # (the unfused rerun names the operator and raises)
+                failures.append((j, i, detached(e), False))
+                return
             except OperatorError as e:
                 failures.append((j, i, detached(e), True))
                 return
@@ -234,7 +237,7 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
                 err.__cause__ = e
                 failures.append((j, i, detached(err), True))
                 return
-            except Exception as e:  # noqa: BLE001 - the unfused rerun raises it properly
+            except Exception as e:  # noqa: BLE001 - a bug: the unfused rerun raises it properly
                 failures.append((j, i, detached(e), False))
                 return
             out = out if isinstance(out, tuple) else (out,)

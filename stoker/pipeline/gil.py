@@ -14,15 +14,16 @@ benchmarks/results_log.md, 2026-11-22.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from stoker import settings
 
 
 def shorten_switch_interval() -> float:
     """Set the interpreter's switch interval to ``STOKER_SWITCH_INTERVAL`` seconds (default
     0.0002) unless it is shorter already; ``STOKER_SWITCH_INTERVAL=0`` keeps Python's. This is
     process-wide, hence the variable. Returns the interval in force."""
-    value = float(os.environ.get("STOKER_SWITCH_INTERVAL", "0.0002"))
+    value = settings.get().switch_interval
     if value > 0 and sys.getswitchinterval() > value:
         sys.setswitchinterval(value)
     return sys.getswitchinterval()

@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections import deque
 
+from stoker import settings
 from stoker.errors import PipelineBuildError, StokerError
 from stoker.pipeline import checkpoint as checkpoint_format
 from stoker.pipeline import executor as executor_module
@@ -332,7 +333,7 @@ class Pipeline:
         if self._first_iter and self._exec_pipelined:
             self._first_iter = False
             depth = self._cpu_queue
-            if self._graph.gpu_nodes and self._exec_async and os.environ.get("STOKER_STAGE_QUEUES", "1") != "0":
+            if self._graph.gpu_nodes and self._exec_async and settings.get().stage_queues:
                 # A queue per stage, as DALI describes prefetch_queue_depth: up to cpu_size batches
                 # done by the CPU stage and gpu_size by the GPU stage (the executor holds the GPU
                 # stage there), so the CPU stage (and the mixed decoders' helper processes and

@@ -183,17 +183,17 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
 
 
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, rng, monkeypatch):
+def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, rng, stoker_settings):
     """STOKER_NVJPEG_STREAM=own: the engines' call goes on a stream of its own, after an event on
     the pipeline's stream; the GPU stage waits for its end. Same images as on the pipeline's
     stream (the default, STOKER_NVJPEG_STREAM=pipeline)."""
     imgs = _smooth_images(rng, 9)
     enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
-    monkeypatch.setenv("STOKER_NVJPEG_STREAM", "pipeline")
+    stoker_settings(nvjpeg_stream="pipeline")
     on_pipeline = _hw_op()
     got_pipeline, _ = _run(on_pipeline, kind, enc, batch_ctx)
     assert on_pipeline._mixed_state.lanes[0][1] is None
-    monkeypatch.setenv("STOKER_NVJPEG_STREAM", "own")
+    stoker_settings(nvjpeg_stream="own")
     op = _hw_op()
     assert len(op._mixed_state.lanes) == 1 and op._mixed_state.lanes[0][1] is not None
     for _ in range(2):
@@ -205,15 +205,14 @@ def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, 
 
 @pytest.mark.parametrize("handles", ["own", "shared"])
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, handles, batch_ctx, rng, monkeypatch):
+def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, handles, batch_ctx, rng, stoker_settings):
     """STOKER_NVJPEG_LANES=3: the engines' share of one batch goes to three decoders called at once,
     each on its own stream (with nvJPEG handles of their own or one shared handle); the images
     equal one decoder's bit for bit, progressive files included (they go to the CPU either way)."""
     imgs = _smooth_images(rng, 11)
     enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
     got_one, _ = _run(_hw_op(), kind, enc, batch_ctx)
-    monkeypatch.setenv("STOKER_NVJPEG_LANES", "3")
-    monkeypatch.setenv("STOKER_NVJPEG_LANE_HANDLES", handles)
+    stoker_settings(nvjpeg_lanes=3, nvjpeg_lane_handles=handles)
     op = _hw_op()
     assert len(op._mixed_state.lanes) == 3
     for _ in range(2):  # a second batch reuses the lanes' decoders and streams
@@ -301,17 +300,17 @@ def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
 
 @pytest.mark.parametrize("helpers_first", [False, True])
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, helpers_first, batch_ctx, rng, monkeypatch):
+def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, helpers_first, batch_ctx, rng, stoker_settings):
     """STOKER_CPU_DECODE_PROCESSES: half of the batch's engine-eligible JPEGs (the cheapest on the
     host) decodes in helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
     engines, and the batch is still one flat buffer. Alike whether the helpers get their JPEGs
     before the engines' call is staged (STOKER_HELPERS_FIRST) or after."""
     from stoker.operators.base import SampleContext
-    from stoker.operators.decoders import _hardware_path, turbo
+    from stoker.operators.decoders import turbo
     from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
     from stoker.operators.random.crop_window import sample_crop_window
 
-    monkeypatch.setattr(_hardware_path, "_HELPERS_FIRST", helpers_first)
+    stoker_settings(helpers_first=helpers_first)
 
     if not turbo.available():
         pytest.skip("no TurboJPEG 3 library")

@@ -47,10 +47,10 @@ def test_gpu_bad_files_follow_on_error(tmp_path, on_error):
 
 
 @pytest.mark.gpu
-def test_gpu_kvikio_path(tmp_path, monkeypatch):
+def test_gpu_kvikio_path(tmp_path, stoker_environ):
     pytest.importorskip("kvikio")
     write_set(str(tmp_path), n=9)
-    monkeypatch.setenv("STOKER_NUMPY_GDS", "1")
+    stoker_environ(STOKER_NUMPY_GDS="1")
     got, _ = run("gpu", 4, 4, file_root=str(tmp_path))
     want, _ = run("cpu", 4, 4, file_root=str(tmp_path))
     assert_same(got, want)

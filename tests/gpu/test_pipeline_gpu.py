@@ -74,7 +74,7 @@ def test_consumer_stream_sees_each_batch_while_memory_is_reused(rng):
 
 
 @pytest.mark.parametrize("ahead", ["1", "3"])
-def test_bounded_decodes_ahead_give_the_same_batches(ahead, sample_jpeg_dir, monkeypatch):
+def test_bounded_decodes_ahead_give_the_same_batches(ahead, sample_jpeg_dir, stoker_settings):
     """STOKER_DECODES_AHEAD bounds how many decoded batches wait on the device; the batches
     themselves do not change, and a deep prefetch queue does not deadlock on the permits."""
     pytest.importorskip("nvidia.nvimgcodec")
@@ -93,7 +93,7 @@ def test_bounded_decodes_ahead_give_the_same_batches(ahead, sample_jpeg_dir, mon
         return out
 
     want = run(7)
-    monkeypatch.setenv("STOKER_DECODES_AHEAD", ahead)
+    stoker_settings(decodes_ahead=ahead)
     got = run(7)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)

@@ -21,6 +21,7 @@ IMG = smooth(RNG, 24, 32, 3)
 BOXES = np.array([[0.1, 0.2, 0.5, 0.6], [0.3, 0.1, 0.9, 0.4]], np.float32)
 POINTS = np.array([[0.1, 0.2], [0.7, 0.4]], np.float32)
 CHW = np.ascontiguousarray(IMG.transpose(2, 0, 1))
+SIGNAL = RNG.standard_normal(200).astype(np.float32)
 F32 = RNG.random((6, 5), dtype=np.float32)
 
 
@@ -34,6 +35,7 @@ def i(*v):
 
 # (operator, input, input layout, constant arguments, argument, value for sample 0, value for sample 1)
 CASES = [
+    ("preemphasis_filter", SIGNAL, "", {}, "preemph_coeff", f(0.5), f(0.97)),
     ("flip", IMG, "HWC", {}, "horizontal", i(0), i(1)),
     ("flip", IMG, "HWC", {}, "vertical", i(0), i(1)),
     ("brightness", IMG, "HWC", {}, "brightness", f(0.5), f(1.5)),
@@ -172,6 +174,8 @@ def test_every_tensor_argument_family_is_covered():
         # draws all samples from one batch stream, so a sample's values depend on the other samples'
         # alpha/beta: per-sample and constant runs differ by design (values, not distributions)
         "random.beta": "random/test_extra.py",
+        "decoders.audio": "audio/test_decoder.py", "audio_resample": "audio/test_resample.py",
+        "readers.numpy": "readers/test_numpy_reader.py (per-sample ROIs against DALI)",
     }
     with_tensor_args = {n for n, cls in registered().items()
                         if any(a.tensor for a in cls.schema.args) and not n.startswith("_")}  # "_": internal

@@ -65,8 +65,8 @@ def _wait_ready(pipe):
         time.sleep(0.05)
 
 
-def _epochs(root, monkeypatch, processes, iterations=8, **kw):
-    monkeypatch.setenv("STOKER_CPU_PROCESSES", str(processes))
+def _epochs(root, stoker_settings, processes, iterations=8, **kw):
+    stoker_settings(cpu_processes=processes)
     pipe = _pipe(root, **kw)
     try:
         runs = [_outputs(pipe)]
@@ -88,34 +88,34 @@ def _assert_same(a, b):
                 np.testing.assert_array_equal(x, y)
 
 
-def test_worker_processes_give_the_in_process_batches_bit_for_bit(data, monkeypatch):
-    ref, used_ref, _ = _epochs(data, monkeypatch, 0)
-    got, used, _ = _epochs(data, monkeypatch, 2)
+def test_worker_processes_give_the_in_process_batches_bit_for_bit(data, stoker_settings):
+    ref, used_ref, _ = _epochs(data, stoker_settings, 0)
+    got, used, _ = _epochs(data, stoker_settings, 2)
     assert used and not used_ref
     _assert_same(ref, got)
 
 
-def test_a_bad_file_is_skipped_as_in_process(data, tmp_path, monkeypatch):
+def test_a_bad_file_is_skipped_as_in_process(data, tmp_path, stoker_settings):
     import shutil
 
     root = tmp_path / "d"
     shutil.copytree(data, root)
     (root / "c1" / "zz_broken.jpg").write_bytes(jpeg_bytes(photo())[:70])
-    ref, _, ref_report = _epochs(root, monkeypatch, 0, on_error="skip")
-    got, used, report = _epochs(root, monkeypatch, 2, on_error="skip")
+    ref, _, ref_report = _epochs(root, stoker_settings, 0, on_error="skip")
+    got, used, report = _epochs(root, stoker_settings, 2, on_error="skip")
     assert used
     _assert_same(ref, got)
     assert [r["source"] for r in report] == [r["source"] for r in ref_report] and report
     assert all("zz_broken.jpg" in r["source"] for r in report)
 
 
-def test_a_bad_file_raises_naming_it(data, tmp_path, monkeypatch):
+def test_a_bad_file_raises_naming_it(data, tmp_path, stoker_settings):
     import shutil
 
     root = tmp_path / "d"
     shutil.copytree(data, root)
     (root / "c0" / "0_broken.jpg").write_bytes(b"\xff\xd8 not much of a jpeg")
-    monkeypatch.setenv("STOKER_CPU_PROCESSES", "2")
+    stoker_settings(cpu_processes=2)
     pipe = _pipe(root)
     try:
         with pytest.raises(OperatorError, match="0_broken.jpg"):
@@ -125,13 +125,13 @@ def test_a_bad_file_raises_naming_it(data, tmp_path, monkeypatch):
         pipe.close()
 
 
-def test_a_chain_whose_intermediate_is_an_output_stays_in_process(data, monkeypatch):
-    ref, _, _ = _epochs(data, monkeypatch, 0, iterations=2, also_decoded=True)
-    got, used, _ = _epochs(data, monkeypatch, 2, iterations=2, also_decoded=True)
+def test_a_chain_whose_intermediate_is_an_output_stays_in_process(data, stoker_settings):
+    ref, _, _ = _epochs(data, stoker_settings, 0, iterations=2, also_decoded=True)
+    got, used, _ = _epochs(data, stoker_settings, 2, iterations=2, also_decoded=True)
     _assert_same(ref, got)
     from stoker.pipeline import chain_processes
 
-    monkeypatch.setenv("STOKER_CPU_PROCESSES", "0")
+    stoker_settings(cpu_processes=0)
     pipe = _pipe(data, also_decoded=True)
     try:
         steps = [s for s in pipe._executor._cpu_steps if hasattr(s, "chain")]
@@ -143,19 +143,16 @@ def test_a_chain_whose_intermediate_is_an_output_stays_in_process(data, monkeypa
 @pytest.mark.parametrize("env, threads, cpus, expected", [
     (None, 2, 16, 0), (None, 7, 16, 0), (None, 8, 16, 7), (None, 16, 16, 15), (None, 32, 16, 15),
     (None, 16, 4, 0), ("0", 16, 16, 0), ("3", 2, 2, 3), ("auto", 12, 64, 11)])
-def test_process_count_follows_the_variable_threads_and_cores(monkeypatch, env, threads, cpus, expected):
+def test_process_count_follows_the_variable_threads_and_cores(stoker_settings, env, threads, cpus, expected):
     from stoker.pipeline.executor import chain_process_count
 
-    if env is None:
-        monkeypatch.delenv("STOKER_CPU_PROCESSES", raising=False)
-    else:
-        monkeypatch.setenv("STOKER_CPU_PROCESSES", env)
+    stoker_settings(cpu_processes=env)
     assert chain_process_count(threads, cpus) == expected
 
 
-def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch, caplog):
-    ref, _, _ = _epochs(data, monkeypatch, 0, iterations=7)
-    monkeypatch.setenv("STOKER_CPU_PROCESSES", "2")
+def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, stoker_settings, caplog):
+    ref, _, _ = _epochs(data, stoker_settings, 0, iterations=7)
+    stoker_settings(cpu_processes=2)
     pipe = _pipe(data)
     try:
         got = [_outputs(pipe)]
@@ -175,10 +172,12 @@ def test_a_killed_worker_loses_nothing_and_the_workers_restart(data, monkeypatch
 
 
 @pytest.mark.parametrize("value", ["many", "-2", "1.5"])
-def test_a_bad_process_count_names_the_variable(monkeypatch, value):
+def test_a_bad_process_count_names_the_variable(stoker_environ, stoker_settings, value):
     from stoker.errors import PipelineBuildError
     from stoker.pipeline.executor import chain_process_count
 
-    monkeypatch.setenv("STOKER_CPU_PROCESSES", value)
+    stoker_environ(STOKER_CPU_PROCESSES=value)
     with pytest.raises(PipelineBuildError, match="STOKER_CPU_PROCESSES"):
         chain_process_count(16, 16)
+    with pytest.raises(PipelineBuildError, match="STOKER_CPU_PROCESSES"):
+        stoker_settings(cpu_processes=value)

@@ -98,8 +98,8 @@ def failing_middle(root, threads, on_error, batch=4, prefetch=2):
     return p()
 
 
-def run_all(make, monkeypatch, fuse, iterations, **kw):
-    monkeypatch.setenv("STOKER_FUSE", "1" if fuse else "0")
+def run_all(make, stoker_settings, fuse, iterations, **kw):
+    stoker_settings(fuse=fuse)
     pipe = make(**kw)
     pipe.build()
     steps = [s for s in pipe._executor._cpu_steps if isinstance(s, FusedStep)]
@@ -133,8 +133,8 @@ def chains(pipe):
         pipe.close()
 
 
-def test_chains_detected(data_dir, monkeypatch):
-    monkeypatch.setenv("STOKER_FUSE", "1")
+def test_chains_detected(data_dir, stoker_settings):
+    stoker_settings(fuse=True)
     assert chains(train(data_dir, 2)) == [
         (["decoders.image_random_crop", "resize", "crop_mirror_normalize"], ["random.coin_flip"], [])]
     assert chains(branchy(data_dir, 2)) == [
@@ -146,8 +146,8 @@ def test_chains_detected(data_dir, monkeypatch):
          ["random.uniform", "random.coin_flip", "random.uniform"], [])]
 
 
-def test_unfusable_nodes_stay_apart(data_dir, monkeypatch):
-    monkeypatch.setenv("STOKER_FUSE", "1")
+def test_unfusable_nodes_stay_apart(data_dir, stoker_settings):
+    stoker_settings(fuse=True)
 
     @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=1, enable_conditionals=True)
     def cond():
@@ -171,17 +171,17 @@ def test_unfusable_nodes_stay_apart(data_dir, monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_training_chain_identical(data_dir, monkeypatch, threads):
-    a = run_all(train, monkeypatch, True, 5, root=data_dir, threads=threads)
-    b = run_all(train, monkeypatch, False, 5, root=data_dir, threads=threads)
+def test_training_chain_identical(data_dir, stoker_settings, threads):
+    a = run_all(train, stoker_settings, True, 5, root=data_dir, threads=threads)
+    b = run_all(train, stoker_settings, False, 5, root=data_dir, threads=threads)
     assert_same(a, b)
     assert a[0][0][0].shape == (3, 20, 20) and a[0][0][0].dtype == np.float32
 
 
 @pytest.mark.parametrize("threads,prefetch", [(1, 1), (2, 3)])
-def test_branch_and_kept_intermediate_identical(data_dir, monkeypatch, threads, prefetch):
-    a = run_all(branchy, monkeypatch, True, 4, root=data_dir, threads=threads, prefetch=prefetch)
-    b = run_all(branchy, monkeypatch, False, 4, root=data_dir, threads=threads, prefetch=prefetch)
+def test_branch_and_kept_intermediate_identical(data_dir, stoker_settings, threads, prefetch):
+    a = run_all(branchy, stoker_settings, True, 4, root=data_dir, threads=threads, prefetch=prefetch)
+    b = run_all(branchy, stoker_settings, False, 4, root=data_dir, threads=threads, prefetch=prefetch)
     assert_same(a, b)
     # the kept intermediate really is resize's output, and the branch flips the decoded image
     assert a[0][1][0].shape[0] == 30 and 26 <= a[0][1][0].shape[1] <= 34
@@ -190,14 +190,14 @@ def test_branch_and_kept_intermediate_identical(data_dir, monkeypatch, threads, 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("on_error", ["skip", "substitute"])
-def test_failures_in_chain_identical(corrupt_dir, monkeypatch, threads, on_error):
+def test_failures_in_chain_identical(corrupt_dir, monkeypatch, stoker_settings, threads, on_error):
     # batch 4 over 15 files: the corrupt file (decode, 1st member) and the small one (crop, 2nd)
     # fail in different batches and the later samples of their batches shift index
     replays = []
     real = fusion._replay
     monkeypatch.setattr(fusion, "_replay", lambda *a, **k: replays.append(k["done"]) or real(*a, **k))
-    a = run_all(failing_middle, monkeypatch, True, 6, root=corrupt_dir, threads=threads, on_error=on_error)
-    b = run_all(failing_middle, monkeypatch, False, 6, root=corrupt_dir, threads=threads, on_error=on_error)
+    a = run_all(failing_middle, stoker_settings, True, 6, root=corrupt_dir, threads=threads, on_error=on_error)
+    b = run_all(failing_middle, stoker_settings, False, 6, root=corrupt_dir, threads=threads, on_error=on_error)
     assert_same(a, b)
     assert sorted(set(replays)) == [0, 1]  # failures handled in the 1st and the 2nd member
     names = [bytes(s).decode() for it in a for s in it[1]]
@@ -207,17 +207,17 @@ def test_failures_in_chain_identical(corrupt_dir, monkeypatch, threads, on_error
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_both_failures_in_one_batch_identical(corrupt_dir, monkeypatch, threads):
-    a = run_all(failing_middle, monkeypatch, True, 3, root=corrupt_dir, threads=threads, on_error="skip",
+def test_both_failures_in_one_batch_identical(corrupt_dir, stoker_settings, threads):
+    a = run_all(failing_middle, stoker_settings, True, 3, root=corrupt_dir, threads=threads, on_error="skip",
                 batch=15)
-    b = run_all(failing_middle, monkeypatch, False, 3, root=corrupt_dir, threads=threads, on_error="skip",
+    b = run_all(failing_middle, stoker_settings, False, 3, root=corrupt_dir, threads=threads, on_error="skip",
                 batch=15)
     assert_same(a, b)
 
 
 @pytest.mark.parametrize("fuse", [True, False])
-def test_raise_names_the_failing_member(corrupt_dir, data_dir, monkeypatch, fuse):
-    monkeypatch.setenv("STOKER_FUSE", "1" if fuse else "0")
+def test_raise_names_the_failing_member(corrupt_dir, data_dir, stoker_settings, fuse):
+    stoker_settings(fuse=fuse)
     pipe = failing_middle(data_dir, 2, "raise", batch=14)  # only the crop fails
     pipe.build()
     with pytest.raises(OperatorError) as info:
@@ -253,11 +253,11 @@ def conditional(root, threads, on_error="raise", batch=4, prefetch=2):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_conditionals_identical(data_dir, monkeypatch, threads):
-    a = run_all(conditional, monkeypatch, True, 4, root=data_dir, threads=threads)
-    b = run_all(conditional, monkeypatch, False, 4, root=data_dir, threads=threads)
+def test_conditionals_identical(data_dir, stoker_settings, threads):
+    a = run_all(conditional, stoker_settings, True, 4, root=data_dir, threads=threads)
+    b = run_all(conditional, stoker_settings, False, 4, root=data_dir, threads=threads)
     assert_same(a, b)
-    monkeypatch.setenv("STOKER_FUSE", "1")
+    stoker_settings(fuse=True)
     found = chains(conditional(data_dir, threads))
     assert (["decoders.image", "resize"], [], []) in found
     assert all("rotate" not in c and "flip" not in c for c, _, _ in found)

@@ -41,15 +41,15 @@ def _pipe(root, on_error, decoder="image"):
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
         return images, labels, fn.get_property(jpegs, key="source_info")
 
-    pipe = p()  # the decoder reads STOKER_NVJPEG_HW (set by the fixture) when it first runs
+    pipe = p()  # the decoder reads nvjpeg_hw (set by the fixture) when it first runs
     pipe.build()
     return pipe
 
 
 @pytest.fixture(params=[True, False], ids=["nvjpeg", "nvimagecodec"])
-def hardware(request, monkeypatch):
+def hardware(request, stoker_settings):
     pytest.importorskip("nvidia.nvimgcodec")
-    monkeypatch.setenv("STOKER_NVJPEG_HW", "1" if request.param else "0")
+    stoker_settings(nvjpeg_hw=request.param)
     return request.param
 
 

@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent('''
     import numpy as np
     import stoker.fn as fn
     import stoker.types as types
-    from stoker import pipeline_def
+    from stoker import pipeline_def, settings
 
     root, hostile_path = sys.argv[1], sys.argv[2]
     os.environ["PYTHONPATH"] = hostile_path  # added after this process started
@@ -59,6 +59,7 @@ SCRIPT = textwrap.dedent('''
         return pipe
 
     os.environ.update(STOKER_CPU_PROCESSES="2", STOKER_READER_PROCESS="1")
+    settings.reload()  # (a setting is read once: this process may have used these already)
     pipe = make()
     got, deadline = [], time.monotonic() + 90
     while True:  # until the workers (ready after importing stoker and torch) computed batches
@@ -87,6 +88,7 @@ SCRIPT = textwrap.dedent('''
     pipe.close()
 
     os.environ.update(STOKER_CPU_PROCESSES="0", STOKER_READER_PROCESS="0")
+    settings.reload()
     ref = make()
     for k, (images, labels) in enumerate(got):
         r_images, r_labels = ref.run()

@@ -134,10 +134,10 @@ def test_unreadable_class_folder_is_reported_under_skip_and_named_under_raise(tr
     pipe.close()
 
 
-def test_broken_entries_fail_alike_through_the_io_helper_process(tree, monkeypatch):
+def test_broken_entries_fail_alike_through_the_io_helper_process(tree, stoker_environ):
     """The I/O helper process reads a broken class folder's path as it stands (a dangling link):
     the reader still reports the reason found at listing."""
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     os.symlink(str(tree / "nowhere"), tree / "bb")
     os.symlink("loop.png", tree / "c" / "loop.png")
     got, report = _first_epoch(tree, 6)

@@ -35,8 +35,8 @@ def dataset(tmp_path_factory):
 
 @pytest.mark.parametrize("fuse", ["1", "0"])
 @pytest.mark.parametrize("threads", [1, 4])
-def test_skipped_samples_free_their_batch_without_the_garbage_collector(dataset, monkeypatch, fuse, threads):
-    monkeypatch.setenv("STOKER_FUSE", fuse)
+def test_skipped_samples_free_their_batch_without_the_garbage_collector(dataset, stoker_settings, fuse, threads):
+    stoker_settings(fuse=fuse)
 
     @pipeline_def(batch_size=25, num_threads=threads, device_id=None, seed=3, on_error="skip",
                   prefetch_queue_depth=1)

@@ -68,7 +68,9 @@ def _serve(sock: socket.socket, threads: int) -> None:
     turbo = _load("_stoker_turbo", os.path.join(_HERE, "turbo.py"))
     # Below the pipeline's own threads (the thread feeding the JPEG engines above all), which
     # must not wait for a core while the helpers decode.
-    nice = int(os.environ.get("STOKER_CPU_DECODE_NICE", "0") or 0)
+    from stoker import settings  # (the helper imports stoker: _io_worker.start_helper)
+
+    nice = settings.get().cpu_decode_nice
     if nice:
         os.nice(nice)
     cores = os.environ.get("_STOKER_DECODE_AFFINITY", "")
@@ -239,10 +241,12 @@ class Pending:
 
 class _Helper:
     def __init__(self, threads: int, library: str, cores: list[int] | None = None):
+        from stoker import settings
         from stoker.operators.readers import _io_worker as io
 
-        env = dict(os.environ, STOKER_TURBOJPEG_LIB=library,
-                   _STOKER_DECODE_AFFINITY=",".join(map(str, cores or ())))
+        # The helper loads the library this process found, on the cores it is given.
+        env = settings.child_environ(turbojpeg_lib=library)
+        env["_STOKER_DECODE_AFFINITY"] = ",".join(map(str, cores or ()))
         self.proc, self.sock = io.start_helper([os.path.abspath(__file__)], [str(threads)], env=env)
         self.send_lock, self.recv_lock = threading.Lock(), threading.Lock()
         self.mapped: dict[int, int] = {}  # slot key -> capacity the helper has mapped

@@ -29,12 +29,12 @@ one upload of the CPU region, and the batch leaves as a flat ``TensorListGPU``
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import numpy as np
 
+from stoker import settings
 from stoker.operators.decoders.mixed import (
     _clip,
     _cpu_one,
@@ -45,12 +45,6 @@ from stoker.operators.decoders.mixed import (
     _window,
 )
 from stoker.operators.gpu_registry import flat_offsets
-
-# STOKER_HELPERS_FIRST=1 (to measure; off by default until a benchmark decides): send a batch's
-# JPEGs to the decode helpers before staging the engines' call, not after. The profile of the
-# training pipeline (H100, 2026-11-25) had the helpers finish 6 ms after the GPU stage began to
-# wait and the engines 3 ms after: the engines' staging delays the helpers' start.
-_HELPERS_FIRST = os.environ.get("STOKER_HELPERS_FIRST", "0") == "1"
 
 _RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
 
@@ -192,7 +186,12 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=N
                                                           hyb_fixed, device_id))
         st.timing["prep_engines_stage_s"] += time.perf_counter() - t_jobs
 
-    if not _HELPERS_FIRST:
+    # STOKER_HELPERS_FIRST=1 (to measure; off until a benchmark decides) sends the JPEGs to the
+    # decode helpers before staging the engines' call, not after: in a profile of the training
+    # pipeline (H100, 2026-11-25) the helpers finished 6 ms after the GPU stage began to wait and
+    # the engines 3 ms after, so the engines' staging delays the helpers' start.
+    helpers_first = settings.get().helpers_first
+    if not helpers_first:
         submit_gpu_jobs()
     # The CPU share lands in pinned staging laid out as the buffer's CPU region: each pool task
     # (or helper process) writes its own result there, and the GPU stage only issues one upload.
@@ -225,7 +224,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=N
     else:
         staging = cp.cuda.alloc_pinned_memory(max(cpu_total, 1)) if cpu_idx else None
         stage = np.frombuffer(staging, np.uint8, cpu_total) if staging is not None else None
-    if _HELPERS_FIRST:
+    if helpers_first:
         submit_gpu_jobs()
     if proc_idx and (op.args.get("on_error") or batch.on_error) != "raise":
         t_procs = time.perf_counter()  # failures are found here, in the CPU stage
@@ -324,13 +323,15 @@ def check_cpu_failures(op, batch, cpu_idx, futures) -> None:
     decoded on the host and record the ones that failed in ``batch.failures``: the executor then
     drops and refills them before the GPU stage, as for a CPU operator. Under "raise" nothing
     waits; the error surfaces in the GPU stage."""
-    from stoker.errors import OperatorError, detached
+    from stoker.errors import OperatorBugError, OperatorError, detached
 
     if (op.args.get("on_error") or batch.on_error) == "raise":
         return
     for i, future in zip(cpu_idx, futures):
         try:
             future.result()
+        except OperatorBugError:
+            raise
         except OperatorError as e:
             batch.failures[i] = detached(e)  # its frames would hold the batch's device buffer
 

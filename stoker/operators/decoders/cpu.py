@@ -47,7 +47,7 @@ import sys
 import cv2
 import numpy as np
 
-from stoker import types
+from stoker import settings, types
 from stoker.operators.decoders import formats, turbo
 from stoker.operators.decoders.formats import ImageFormatError, ImageInfo
 
@@ -161,7 +161,7 @@ def _tune_allocator() -> bool:
     """
     global _ALLOCATOR_TUNED
     _ALLOCATOR_TUNED = False
-    if os.environ.get("STOKER_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+    if not settings.get().malloc_tuning or not sys.platform.startswith("linux"):
         return False
     if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
         return False  # the user tunes glibc malloc themselves

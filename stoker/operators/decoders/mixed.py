@@ -36,9 +36,9 @@ import time
 import cv2
 import numpy as np
 
+from stoker import settings
 from stoker.backend.nvjpeg import has_end_marker
-from stoker.errors import env_count
-from stoker.operators.base import SampleContext
+from stoker.operators.base import SAMPLE_ERRORS, SampleContext
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.image.geometry import crop_anchor
 from stoker.operators.random.crop_window import sample_crop_window
@@ -81,7 +81,8 @@ class _State:
 
     def __init__(self, device_id: int):
         nv = _nv()
-        threads = int(os.environ.get("STOKER_NVIMGCODEC_THREADS", "0")) or os.cpu_count() or 4
+        conf = settings.get()
+        threads = conf.nvimgcodec_threads or os.cpu_count() or 4
         self.decoder = nv.Decoder(device_id=device_id, max_num_cpu_threads=threads)
         self.params = {gray: nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
                                              apply_exif_orientation=True, allow_any_depth=False)
@@ -89,15 +90,9 @@ class _State:
         self.lock = threading.Lock()
         # Share of the engines' JPEGs decoded by the helper processes instead: a number, or "auto"
         # (the default): on the hardware path it is then steered batch by batch (balance_share).
-        share = os.environ.get("STOKER_CPU_DECODE_SHARE", "auto").strip().lower()
-        self.share_auto = share == "auto"
+        self.share_auto = conf.cpu_decode_share is None
         self.cpu_stage_helpers_wait = 0.0  # seconds the CPU stage last waited for the helpers
-        try:
-            self.cpu_share = 0.0 if self.share_auto else float(share)
-        except ValueError:
-            self.cpu_share = -1.0
-        if not 0.0 <= self.cpu_share <= 1.0:
-            raise ValueError(f"STOKER_CPU_DECODE_SHARE must be a number in [0, 1] or 'auto', not {share!r}")
+        self.cpu_share = 0.0 if self.share_auto else conf.cpu_decode_share
         shorten_switch_interval()  # its worker threads wait for the GIL per image
         # Decoded images of earlier batches, kept until the pipeline stream has passed an event
         # recorded after their consumers' launches: nvImageCodec frees them in its own stream order.
@@ -113,32 +108,32 @@ class _State:
         self.lanes: list = []  # (decoder, its own stream or None for the pipeline's, lock)
         # Share of each batch for nvJPEG's GPU-hybrid backend beside the engines (as DALI's
         # hw_decoder_load splits a batch); STOKER_HYBRID_SHARE.
-        self.hybrid_share = float(os.environ.get("STOKER_HYBRID_SHARE", "0"))
+        self.hybrid_share = conf.hybrid_share
         self.hybrid_lane = None
         self.hybrid_worker = None
         self.hybrid_problem = None
-        self.ahead = threading.Semaphore(max(1, int(os.environ.get("STOKER_DECODES_AHEAD", "2"))))
+        self.ahead = threading.Semaphore(max(1, conf.decodes_ahead))
         self.closing = False
         # On unless STOKER_NVJPEG_HW=0. Its output is within 0.6 levels of libjpeg-turbo on average
         # on the benchmark set (luma within 0.1; the engines upsample chroma more simply), and it
         # doubled the training pipeline on an H100 (benchmarks/results_log.md).
-        self.hw_problem = None if os.environ.get("STOKER_NVJPEG_HW", "1") != "0" else "disabled"
+        self.hw_problem = None if conf.nvjpeg_hw else "disabled"
         # JPEGs the engines cannot take (progressive, arithmetic-coded) and any CPU share decode in helper
         # processes (_decode_worker) rather than on the pipeline's pool, which holds the GIL the
         # rest of the pipeline needs: STOKER_CPU_DECODE_PROCESSES helpers (default 4; 0: the pool)
         # of STOKER_CPU_DECODE_THREADS threads each. H100, ImageNet-like set (8 % such files):
         # train 11.3-11.8k -> 14.9-16.0k img/s with 2 helpers, 16.8k with 4; val 10.9k -> 14.4k.
         self.procs = None
-        self.procs_count = env_count("STOKER_CPU_DECODE_PROCESSES", 4)
-        nice = os.environ.get("STOKER_CPU_DECODE_NICE", "0").strip() or "0"  # read by the helpers
-        if not nice.lstrip("-").isdigit():
-            raise ValueError(f"STOKER_CPU_DECODE_NICE must be an integer (niceness of the decode helpers), "
-                             f"not {nice!r}")
-        self.procs_threads = max(1, env_count("STOKER_CPU_DECODE_THREADS", 4))
+        self.procs_count = conf.cpu_decode_processes
+        # The helpers set their own niceness; read here too, so that a bad value stops the
+        # pipeline with its message rather than the helpers.
+        self.procs_nice = conf.cpu_decode_nice
+        self.procs_threads = max(1, conf.cpu_decode_threads)
         # Cores the helpers leave to the pipeline's own threads (_decode_worker.helper_cores says why).
         from stoker.operators.decoders._decode_worker import default_spare_cores
 
-        self.procs_spare = env_count("STOKER_CPU_DECODE_SPARE_CORES", default_spare_cores())
+        spare = conf.cpu_decode_spare_cores
+        self.procs_spare = default_spare_cores() if spare is None else spare
 
     def balance_share(self, engines_wait: float, helpers_wait: float) -> None:
         """Steer the automatic CPU share from one batch's waits (seconds) in the GPU stage: for
@@ -188,26 +183,25 @@ class _State:
 
             try:
                 self.hw = HardwareDecoder(self.device_id)
-                # STOKER_NVJPEG_LANES=N (experimental): each batch's engine share is split over N
+                # STOKER_NVJPEG_LANES=N (diagnostic; known to hang): each batch's engine share is split over N
                 # decoders called at once from N threads (nvJPEG's host side of a batched call
                 # runs on the calling thread: benchmarks/engines_probe.py, H100, 2 lanes 20.0k ->
                 # 22.9k img/s). Every lane then has its own stream: with the first lane on the
                 # pipeline's stream, two calls in flight hung inside nvJPEG (2026-11-25).
-                lanes = max(1, env_count("STOKER_NVJPEG_LANES", 1))
+                conf = settings.get()
+                lanes = max(1, conf.nvjpeg_lanes)
                 if lanes > 1:
                     import logging
 
                     logging.getLogger("stoker").warning(
-                        "STOKER_NVJPEG_LANES=%d is experimental: a pipeline once stopped with two engine calls "
-                        "in flight (benchmarks/results_log.md, session 6)", lanes)
+                        "STOKER_NVJPEG_LANES=%d is a diagnostic switch known to hang: pipelines stopped with "
+                        "two engine calls in flight (benchmarks/results_log.md)", lanes)
                 # STOKER_NVJPEG_STREAM=own: a single lane calls on a stream of its own too, ordered
                 # after the buffer's allocation by an event. Not the default: with the session-9
                 # code (H100, 2026-11-25, interleaved) it was slower in training (17.4k/15.6k
                 # against 17.6k/16.3k img/s) and validation (15.1k/14.8k against 15.7k/15.6k);
                 # an earlier pair had favoured it (benchmarks/results_log.md, session 9).
-                own = os.environ.get("STOKER_NVJPEG_STREAM", "pipeline").strip().lower()
-                if own not in ("own", "pipeline"):
-                    raise ValueError(f"STOKER_NVJPEG_STREAM must be 'own' or 'pipeline', not {own!r}")
+                own = conf.nvjpeg_stream
                 cp = _cupy_mod()
                 with cp.cuda.Device(self.device_id):
                     alone = lanes == 1 and own == "pipeline"
@@ -215,10 +209,7 @@ class _State:
                     # STOKER_NVJPEG_LANE_HANDLES=shared: the lanes share the first decoder's nvJPEG
                     # handle, each with its own state (the other way to meet nvJPEG's rules for
                     # threads; to try against the hang above).
-                    handles = os.environ.get("STOKER_NVJPEG_LANE_HANDLES", "own").strip().lower()
-                    if handles not in ("own", "shared"):
-                        raise ValueError(f"STOKER_NVJPEG_LANE_HANDLES must be 'own' or 'shared', not {handles!r}")
-                    shared = self.hw if handles == "shared" else None
+                    shared = self.hw if conf.nvjpeg_lane_handles == "shared" else None
                     for _ in range(lanes - 1):
                         self.lanes.append((HardwareDecoder(self.device_id, share_handle=shared),
                                            cp.cuda.Stream(non_blocking=True), threading.Lock()))
@@ -368,9 +359,11 @@ def _cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, gray, i):
         return cpu_decode(enc[i], gray, win)
     except OperatorError:
         raise
-    except Exception as e:  # noqa: BLE001 - any decoder failure is this sample's error
+    except (*SAMPLE_ERRORS, cv2.error) as e:  # the data's fault: this sample's error
         raise OperatorError(str(e), operator=op.instance_name, origin=op.origin, source=batch.source(i),
                             sample_index=i) from e
+    except Exception as e:  # noqa: BLE001 - a bug (OperatorBugError), raised whatever on_error says
+        raise op.sample_failure(e, batch, i) from e
 
 
 def prepare(op, kind, batch, inputs, arg_inputs) -> dict:

@@ -84,9 +84,11 @@ _local = threading.local()
 
 
 def _candidates():
-    env = os.environ.get("STOKER_TURBOJPEG_LIB")
-    if env:
-        yield env
+    from stoker import settings  # (lazily: the decode helpers load this file by its path)
+
+    chosen = settings.get().turbojpeg_lib
+    if chosen:
+        yield chosen
     try:
         spec = importlib.util.find_spec("turbojpeg")
     except (ImportError, ValueError):
@@ -103,8 +105,10 @@ def _load():
     with _lock:
         if "lib" in _state:
             return _state["lib"]
+        from stoker import settings
+
         lib = None
-        if os.environ.get("STOKER_TURBOJPEG", "1") != "0":
+        if settings.get().turbojpeg:
             for path in _candidates():
                 try:
                     cand = ctypes.CDLL(path)

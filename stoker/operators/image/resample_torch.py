@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import numpy as np
+
+from stoker import settings
 
 __all__ = ["available", "resize_linear_u8"]
 
@@ -39,7 +40,7 @@ def available() -> bool:
     """Whether the torch path can be used (torch installed and not disabled)."""
     ok = _state.get("ok")
     if ok is None:
-        ok = os.environ.get("STOKER_TORCH_RESIZE", "1") != "0" and importlib.util.find_spec("torch") is not None
+        ok = settings.get().torch_resize and importlib.util.find_spec("torch") is not None
         if ok:
             try:
                 import torch

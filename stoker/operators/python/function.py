@@ -8,7 +8,11 @@ GIL in their heavy calls, so such functions scale with ``num_threads``. With
 ``batch_processing=True`` it is called once per batch with a list of samples per input.
 
 An exception raised by the function becomes an error naming the operator, where it was
-created, the line of the function that failed and (per sample) the sample's source.
+created, the line of the function that failed and (per sample) the sample's source. DALI stops
+the pipeline on any of them; stoker's ``on_error="skip"``/``"substitute"`` (which DALI does not
+have) skip a sample only for the data errors of ``stoker.operators.base.SAMPLE_ERRORS`` that the
+function raises (ValueError, OSError...); a TypeError, KeyError, AssertionError... in the
+function is a bug in it, raised whatever ``on_error`` says, as a bug in an operator is.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import traceback
 
 import numpy as np
 
-from stoker.errors import OperatorError, SampleError, arg_error
-from stoker.operators.base import Operator
+from stoker.errors import OperatorBugError, OperatorError, SampleError, arg_error
+from stoker.operators.base import SAMPLE_ERRORS, Operator
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
 from stoker.tensors import TensorListCPU
 
@@ -80,13 +84,14 @@ class _PythonFunctionBase(Operator):
         return self.layouts
 
     def _call(self, args):
-        """Call the user's function; its exception becomes a SampleError naming the failing line."""
+        """Call the user's function; its exception becomes a SampleError naming the failing line,
+        or an OperatorBugError where it is no data error (see the module docstring)."""
         try:
             return self.args["function"](*args)
         except Exception as e:  # the user's code may raise anything
             where = _user_line(e)
-            msg = f"function {self.fn_name} raised {type(e).__name__}: {e}"
-            raise SampleError(msg + (f" (at {where})" if where else "")) from e
+            msg = f"function {self.fn_name} raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+            raise (SampleError if isinstance(e, SAMPLE_ERRORS) else OperatorBugError)(msg) from e
 
     def _split(self, out) -> tuple:
         k = self.args["num_outputs"]
@@ -137,8 +142,9 @@ class _PythonFunctionBase(Operator):
                     raise SampleError(f"function {self.fn_name} returned {len(o)} samples in output {j}, "
                                       f"the batch has {n}")
                 lists.append([self._array(s) for s in o])
-        except SampleError as e:
-            raise OperatorError(str(e), operator=self.instance_name, origin=self.origin) from e.__cause__
+        except (SampleError, OperatorBugError) as e:
+            kind = OperatorError if isinstance(e, SampleError) else OperatorBugError
+            raise kind(str(e), operator=self.instance_name, origin=self.origin) from e.__cause__
         sources = list(batch.sources) if batch.sources else None
         return [TensorListCPU(lists[j], self.layouts[j], sources) for j in range(k)]
 

@@ -45,6 +45,8 @@ import threading
 import time
 from collections import OrderedDict
 
+from stoker import settings as stoker_settings
+
 # Most bytes the readahead windows of all objects hold together: enough for a window per
 # pipeline thread and per open shard, small beside a batch of decoded images.
 _READAHEAD_TOTAL = 64 << 20
@@ -69,15 +71,9 @@ class RemoteSettings:
 
 
 def _from_environment() -> RemoteSettings:
-    env = os.environ
-    try:
-        return RemoteSettings(
-            retries=max(0, int(env.get("STOKER_REMOTE_RETRIES", "5"))),
-            backoff=max(0.0, float(env.get("STOKER_REMOTE_BACKOFF", "0.2"))),
-            readahead=max(0, int(env.get("STOKER_REMOTE_READAHEAD", str(4 << 20)))),
-            cache_dir=env.get("STOKER_CACHE_DIR") or None)
-    except ValueError as e:
-        raise ValueError(f"STOKER_REMOTE_RETRIES / _BACKOFF / _READAHEAD must be numbers: {e}") from None
+    s = stoker_settings.get()
+    return RemoteSettings(retries=s.remote_retries, backoff=s.remote_backoff, readahead=s.remote_readahead,
+                          cache_dir=s.cache_dir)
 
 
 _settings: RemoteSettings | None = None

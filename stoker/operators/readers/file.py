@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from stoker import settings
 from stoker.errors import CheckpointError, PipelineBuildError, printable
 from stoker.operators.base import Reader
 from stoker.operators.readers import _storage
@@ -47,10 +48,10 @@ def _wants_io_process(num_threads: int) -> bool:
     """Whether files are read by the I/O helper process: ``STOKER_READER_PROCESS`` = 1 / 0, or
     "auto" (default): with 4 or more pipeline threads on Linux, where the GIL traffic of
     reading in the pipeline's own process costs the most (measured on an H100, see _io_worker)."""
-    mode = os.environ.get("STOKER_READER_PROCESS", "auto").lower()
-    if not hasattr(os, "memfd_create") or mode in ("0", "false", "no"):
+    mode = settings.get().reader_process  # None: auto
+    if not hasattr(os, "memfd_create") or mode is False:
         return False
-    return mode in ("1", "true", "yes") or num_threads >= 4
+    return mode is True or num_threads >= 4
 
 # Arguments every sharded reader takes (DALI's reader arguments).
 READER_ARGS = (

@@ -23,11 +23,11 @@ GDS support. Any other value, or no kvikio, takes the pinned path.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 import numpy as np
 
+from stoker import settings
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.readers import _storage
 from stoker.operators.readers.numpy import read_window
@@ -39,7 +39,7 @@ _MAX_FREE = 8  # staging buffers kept for reuse (one per batch in flight is enou
 
 def gds_wanted() -> bool:
     """Whether GPUDirect Storage reads are asked for (``STOKER_NUMPY_GDS=1``) and kvikio imports."""
-    if os.environ.get("STOKER_NUMPY_GDS", "0").lower() not in ("1", "true", "yes"):
+    if not settings.get().numpy_gds:
         return False
     try:
         import kvikio  # noqa: F401

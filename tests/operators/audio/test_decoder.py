@@ -83,3 +83,14 @@ def test_bad_arguments():
 
     with pytest.raises(StokerError, match="dtype"):
         p().build()
+
+
+def test_per_sample_rate_is_each_samples_own(encoded):
+    """sample_rate fed per sample gives each file what the constant rate gives it."""
+    batch = [encoded["mono16.wav"], encoded["stereo16.wav"]]
+    rates = [np.float32(8000.0), np.float32(16000.0)]
+    fed = run_graph("stoker", lambda fn, types, x, r: fn.decoders.audio(x, sample_rate=r), batch, rates)
+    for i, rate in enumerate(rates):
+        alone = _decode("stoker", [batch[i]], sample_rate=float(rate))
+        np.testing.assert_array_equal(fed[0][0][i], alone[0][0][0])
+    assert fed[0][0][0].shape[0] != _decode("stoker", [batch[0]], sample_rate=16000.0)[0][0][0].shape[0]

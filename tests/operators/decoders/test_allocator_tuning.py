@@ -8,20 +8,22 @@ import sys
 import numpy as np
 import pytest
 
+from stoker import settings
 from stoker.operators.decoders import cpu
 
 
 @pytest.fixture
 def clean_env(monkeypatch):
     for k in list(os.environ):
-        if k.startswith("MALLOC_") or k == "STOKER_MALLOC_TUNING":
+        if k.startswith("MALLOC_"):
             monkeypatch.delenv(k)
-    return monkeypatch
+    with settings.override(malloc_tuning=True):
+        yield monkeypatch
 
 
 def test_opt_out(clean_env):
-    clean_env.setenv("STOKER_MALLOC_TUNING", "0")
-    assert cpu._tune_allocator() is False
+    with settings.override(malloc_tuning=False):
+        assert cpu._tune_allocator() is False
     assert cpu._ALLOCATOR_TUNED is False
 
 

@@ -84,13 +84,13 @@ def test_the_io_process_sends_each_files_hint(tmp_path):
             assert tuple(hints[i]) == frame_hint(s), paths[i]
 
 
-def test_readers_file_hands_the_hints_to_the_decoder(sample_jpeg_dir, monkeypatch):
+def test_readers_file_hands_the_hints_to_the_decoder(sample_jpeg_dir, monkeypatch, stoker_environ):
     import stoker.fn as fn
     from stoker import pipeline_def
 
     if not hasattr(os, "memfd_create"):
         pytest.skip("needs Linux memfd_create")
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     seen = []
 
     def look(batch):

@@ -7,8 +7,10 @@ import types as pytypes
 import numpy as np
 import pytest
 
+from stoker import settings
 from stoker.operators.decoders import mixed
 from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
+from stoker.settings import SettingsError
 
 
 def test_small_windows_near_the_top_go_to_the_host():
@@ -64,21 +66,27 @@ def test_a_fixed_share_or_missing_helpers_keep_the_share(state):
     assert st.cpu_share == before
 
 
-@pytest.mark.parametrize("value", ["lots", "1.5", "-0.1", "nan"])
-def test_share_setting_is_checked(monkeypatch, value):
-    monkeypatch.setenv("STOKER_CPU_DECODE_SHARE", value)
+def _fake_nv(monkeypatch):
     monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
         Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
-    with pytest.raises(ValueError, match="STOKER_CPU_DECODE_SHARE"):
+
+
+@pytest.mark.parametrize("value", ["lots", "1.5", "-0.1", "nan"])
+def test_share_setting_is_checked(monkeypatch, stoker_environ, value):
+    _fake_nv(monkeypatch)
+    stoker_environ(STOKER_CPU_DECODE_SHARE=value)
+    with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_SHARE"):
         mixed._State(0)
+    with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_SHARE"), settings.override(cpu_decode_share=value):
+        pass
 
 
 @pytest.mark.parametrize("value", ["high", "1.5"])
-def test_helper_niceness_setting_is_checked(monkeypatch, value):
-    monkeypatch.setenv("STOKER_CPU_DECODE_NICE", value)
-    monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
-        Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
-    with pytest.raises(ValueError, match="STOKER_CPU_DECODE_NICE"):
+def test_helper_niceness_setting_is_checked(monkeypatch, stoker_environ, value):
+    _fake_nv(monkeypatch)
+    stoker_environ(STOKER_CPU_DECODE_NICE=value)
+    with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_NICE"):
         mixed._State(0)
-    monkeypatch.setenv("STOKER_CPU_DECODE_NICE", "-2")
-    mixed._State(0)  # an integer is taken
+    stoker_environ(STOKER_CPU_DECODE_NICE="")
+    with settings.override(cpu_decode_nice="-2"):
+        assert mixed._State(0).procs_nice == -2  # an integer is taken

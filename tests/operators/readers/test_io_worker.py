@@ -34,10 +34,10 @@ def _collect(pipe, n):
     return out
 
 
-def test_same_batches_as_reading_in_process(sample_jpeg_dir, monkeypatch):
-    monkeypatch.setenv("STOKER_READER_PROCESS", "0")
+def test_same_batches_as_reading_in_process(sample_jpeg_dir, stoker_environ):
+    stoker_environ(STOKER_READER_PROCESS="0")
     want = _collect(_pipe(sample_jpeg_dir), 12)  # 60 samples: more than two epochs of 24
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     pipe = _pipe(sample_jpeg_dir)
     got = _collect(pipe, 12)
     inst = [i for i in pipe._graph.instances.values() if hasattr(i, "_worker")][0]
@@ -48,8 +48,8 @@ def test_same_batches_as_reading_in_process(sample_jpeg_dir, monkeypatch):
     assert proc.poll() is not None  # the helper process has exited
 
 
-def test_auto_mode_uses_the_helper_with_many_threads(sample_jpeg_dir, monkeypatch):
-    monkeypatch.delenv("STOKER_READER_PROCESS", raising=False)
+def test_auto_mode_uses_the_helper_with_many_threads(sample_jpeg_dir, stoker_environ):
+    stoker_environ(STOKER_READER_PROCESS="")
     few, many = _pipe(sample_jpeg_dir, threads=2), _pipe(sample_jpeg_dir, threads=4)
     few.run()
     many.run()
@@ -59,10 +59,10 @@ def test_auto_mode_uses_the_helper_with_many_threads(sample_jpeg_dir, monkeypatc
     many.close()
 
 
-def test_a_file_deleted_after_listing_is_named(tmp_path, monkeypatch):
+def test_a_file_deleted_after_listing_is_named(tmp_path, stoker_environ):
     from stoker.sample_data import write_dataset
 
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     write_dataset(str(tmp_path), 10, classes=2, seed=2, workers=1)
     victim = sorted(p for p in tmp_path.rglob("*.jpg"))[3]
 
@@ -78,10 +78,10 @@ def test_a_file_deleted_after_listing_is_named(tmp_path, monkeypatch):
     pipe.close()
 
 
-def test_skip_drops_an_unreadable_file_and_keeps_the_rest(tmp_path, monkeypatch):
+def test_skip_drops_an_unreadable_file_and_keeps_the_rest(tmp_path, stoker_environ):
     from stoker.sample_data import write_dataset
 
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     write_dataset(str(tmp_path), 8, classes=1, seed=4, workers=1)
     files = sorted(tmp_path.rglob("*.jpg"))
 

@@ -115,12 +115,12 @@ class _FakeCuFile:
         return Done()
 
 
-def test_null_device_gds_path_with_a_mocked_kvikio(tmp_path, monkeypatch):
+def test_null_device_gds_path_with_a_mocked_kvikio(tmp_path, monkeypatch, stoker_environ):
     import types
 
     write_set(str(tmp_path), n=6)
     monkeypatch.setitem(sys.modules, "kvikio", types.SimpleNamespace(CuFile=_FakeCuFile))
-    monkeypatch.setenv("STOKER_NUMPY_GDS", "1")
+    stoker_environ(STOKER_NUMPY_GDS="1")
     _FakeCuFile.reads.clear()
     with null_device.installed():
         got, _ = run("gpu", 3, 2, file_root=str(tmp_path))

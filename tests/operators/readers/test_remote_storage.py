@@ -162,10 +162,10 @@ def test_file_root_on_s3_reads_like_local_disk(s3, shards, shuffle):
     assert len({r[0] for r in remote}) == (sum(COUNTS) if num_shards == 1 else len({r[0] for r in here}))
 
 
-def test_s3_with_lazy_init_and_the_io_process_asked_for(s3, monkeypatch):
+def test_s3_with_lazy_init_and_the_io_process_asked_for(s3, stoker_environ):
     """URLs are never given to the local I/O helper process, even when it is forced on."""
     _, local = s3
-    monkeypatch.setenv("STOKER_READER_PROCESS", "1")
+    stoker_environ(STOKER_READER_PROCESS="1")
     remote, _ = _read(3, file_root=f"s3://{BUCKET}/tree", lazy_init=True)
     here, _ = _read(3, file_root=str(local / "tree"), lazy_init=True)
     assert remote == here
@@ -371,12 +371,12 @@ def test_local_cache(blob, tmp_path, monkeypatch):
             assert calls.calls == []
 
 
-def test_file_urls_are_local_paths(tmp_path, monkeypatch):
+def test_file_urls_are_local_paths(tmp_path, stoker_environ):
     """file:// paths read like the local paths they name, also through the I/O helper process."""
     write_tree(str(tmp_path / "tree"), COUNTS)
     (tmp_path / "list.txt").write_text("c1/f000.jpg 1\nc2/f001.jpg 2\n")
     for process in ("0", "1"):
-        monkeypatch.setenv("STOKER_READER_PROCESS", process)
+        stoker_environ(STOKER_READER_PROCESS=process)
         assert _read(3, file_root=f"file://{tmp_path}/tree") == _read(3, file_root=str(tmp_path / "tree"))
         got, _ = _read(1, batch_size=2, file_list=f"file://{tmp_path}/list.txt", file_root=f"file://{tmp_path}/tree")
         assert got == [(1000, "c1/f000.jpg", 1), (2001, "c2/f001.jpg", 2)]
