@@ -80,13 +80,11 @@ class _State:
     """Decoder instance and settings kept on the operator between batches."""
 
     def __init__(self, device_id: int):
-        nv = _nv()
         conf = settings.get()
-        threads = conf.nvimgcodec_threads or os.cpu_count() or 4
-        self.decoder = nv.Decoder(device_id=device_id, max_num_cpu_threads=threads)
-        self.params = {gray: nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
-                                             apply_exif_orientation=True, allow_any_depth=False)
-                       for gray in (False, True)}
+        self._nv_threads = conf.nvimgcodec_threads or os.cpu_count() or 4
+        self._nv_decoder = None  # nvImageCodec's decoder and parameters: made on first use (see decoder)
+        self._nv_params = None
+        self._nv_lock = threading.Lock()
         self.lock = threading.Lock()
         # Share of the engines' JPEGs decoded by the helper processes instead: a number, or "auto"
         # (the default): on the hardware path it is then steered batch by batch (balance_share).
@@ -175,6 +173,27 @@ class _State:
             for helper in procs.helpers:
                 helper.proc.kill()
             procs.close()
+
+    @property
+    def decoder(self):
+        """nvImageCodec's decoder, made when a batch first needs it: importing nvImageCodec takes
+        about a second, and a batch of baseline JPEGs decoded by the engines never needs it."""
+        if self._nv_decoder is None:
+            with self._nv_lock:
+                if self._nv_decoder is None:
+                    nv = _nv()
+                    self._nv_params = {
+                        gray: nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
+                                              apply_exif_orientation=True, allow_any_depth=False)
+                        for gray in (False, True)}
+                    self._nv_decoder = nv.Decoder(device_id=self.device_id, max_num_cpu_threads=self._nv_threads)
+        return self._nv_decoder
+
+    @property
+    def params(self) -> dict:
+        """nvImageCodec's decode parameters, {gray: DecodeParams}."""
+        self.decoder  # noqa: B018 - made together with the decoder
+        return self._nv_params
 
     def hardware(self):
         """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
@@ -372,7 +391,6 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     Parses headers, draws windows, cuts ROI code streams, splits the batch
     between nvImageCodec and the CPU, and starts the CPU share on the pool.
     """
-    nv = _nv()
     st = _state(op, batch)
     enc = inputs[0].samples()
     n = len(enc)
@@ -389,6 +407,7 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
 
         return prepare_hardware(op, kind, batch, enc, arg_inputs, st,  # (readers.file sets these two)
                                 getattr(inputs[0], "_frame_hints", None), getattr(inputs[0], "_located", None))
+    nv = _nv()
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n
     # Images over the pixel or aspect limits go to the CPU decoder, which refuses them from the

@@ -8,7 +8,7 @@ from stoker import fn, pipeline_def
 
 
 def load_gpu_numpy():
-    """The GPU module is pending (see gpu_registry.PENDING_GPU_MODULES): load it."""
+    """Load the GPU module (a GPU_MODULES entry; also where the registry has not loaded it yet)."""
     import stoker.operators.readers.gpu_numpy  # noqa: F401 - registers the GPU half
     from stoker.operators import gpu_registry
 
