@@ -59,7 +59,7 @@ GPU_MODULES = (
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = ()
+PENDING_GPU_MODULES: tuple[str, ...] = ("stoker.operators.video.gpu_video_reader",)
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
@@ -101,7 +101,7 @@ def load_gpu_impls() -> None:
     global _loaded
     import importlib
 
-    from stoker.operators.schema import _REGISTRY
+    from stoker.operators.schema import _REGISTRY, refresh_doc
 
     if not _loaded:
         _loaded = True
@@ -116,6 +116,7 @@ def load_gpu_impls() -> None:
         cls = _REGISTRY.get(name)
         if cls is not None and "gpu" not in cls.schema.devices:
             cls.schema.devices = tuple(cls.schema.devices) + ("gpu",)
+            refresh_doc(cls)
     for name, fn in _GPU_IMPLS.items():
         cls = _REGISTRY.get(name)
         if cls is None:
@@ -123,6 +124,7 @@ def load_gpu_impls() -> None:
         missing = tuple(d for d in fn.stoker_devices if d not in cls.schema.devices)
         if missing:
             cls.schema.devices = tuple(cls.schema.devices) + missing
+            refresh_doc(cls)
         if fn.stoker_prepare is not None and "prepare_host" not in cls.__dict__:
             cls.prepare_host = _prepare_method(fn.stoker_prepare)
 

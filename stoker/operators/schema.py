@@ -269,8 +269,15 @@ def register(cls):
     if name in _REGISTRY:
         raise RuntimeError(f"operator {name!r} registered twice")
     _REGISTRY[name] = cls
-    cls.__doc__ = (cls.__doc__ or "") + "\n\n" + cls.schema.doc_string()
+    cls._doc_head = cls.__doc__ or ""
+    refresh_doc(cls)
     return cls
+
+
+def refresh_doc(cls) -> None:
+    """The class docstring (what ``help(fn.NAME)`` shows): its own text and the schema's, made again
+    when the schema's devices grow (GPU placements are added once the GPU modules are loaded)."""
+    cls.__doc__ = getattr(cls, "_doc_head", cls.__doc__ or "") + "\n\n" + cls.schema.doc_string()
 
 
 def get_operator(name: str):
