@@ -53,6 +53,8 @@ _FILTER = ("DALI's schema says LINEAR, but its operator sets both filters from i
            "min_filter / mag_filter override; stoker's None = interp_type does the same (oracle-tested in "
            "tests/operators/image/test_resize.py)")
 DEFAULT_OK = {
+    ("readers.video_resize", "min_filter"): _FILTER,
+    ("readers.video_resize", "mag_filter"): _FILTER,
     ("brightness_contrast", "contrast_center"): "DALI's schema says 0.5 but the operator uses half the "
                                                 "input type's range (127.5 for uint8); stoker's None does that",
     ("contrast", "contrast_center"): "as brightness_contrast",
@@ -88,7 +90,10 @@ KIND_OK = {
 }
 
 # (d) input counts that differ on purpose.
-INPUTS_OK: dict[str, str] = {}
+INPUTS_OK: dict[str, str] = {
+    "experimental.decoders.video": "DALI's deprecated alias schema declares no inputs; its wrapper forwards to "
+                                   "decoders.video",
+}
 
 # DALI arguments that are never stoker's business: every DALI operator has them, or they
 # steer DALI's own memory management.

@@ -1,0 +1,92 @@
+"""readers.video with device="gpu" (NVDEC through PyNvVideoCodec) against the CPU reader (PyAV).
+
+The GPU module is pending (gpu_registry.PENDING_GPU_MODULES): these tests load it directly.
+NVDEC converts YUV to RGB with its own kernel, so frames agree within a tolerance, not exactly;
+labels, frame numbers and timestamps are the CPU reader's and must be equal.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "operators", "video")]
+pytest.importorskip("av")
+from clips import H264, write_clip  # noqa: E402
+
+from stoker import fn, pipeline_def, types  # noqa: E402
+
+MEAN_TOL, MAX_TOL = 3.0, 40  # levels: NVDEC's color conversion vs swscale's (chroma siting, rounding)
+
+
+@pytest.fixture(autouse=True)
+def gpu_video_loaded():
+    pytest.importorskip("PyNvVideoCodec")
+    import stoker.operators.video.gpu_video_reader  # noqa: F401 - registers the GPU half
+    from stoker.operators import gpu_registry
+
+    gpu_registry.load_gpu_impls()
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu_clips")
+    return [write_clip(root / "a.mp4", H264, n=40, h=64, w=96), write_clip(root / "b.mp4", H264, n=25, h=48, w=64)]
+
+
+def run(device, iterations=3, **kw):
+    @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=2)
+    def p():
+        out = fn.readers.video(device=device, name="R", **kw)
+        return tuple(out) if isinstance(out, (list, tuple)) else out
+
+    pipe = p()
+    pipe.build()
+    got = []
+    for _ in range(iterations):
+        outs = pipe.run()
+        host = [o.as_cpu() if device == "gpu" else o for o in outs]
+        got.append(([[np.array(o.at(i)) for i in range(len(o))] for o in host],
+                    [outs[0][i].source_info() for i in range(len(outs[0]))]))
+    return got
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kw", [
+    dict(sequence_length=4, stride=2, step=5),
+    dict(sequence_length=8, random_shuffle=True),
+    dict(sequence_length=6, stride=3, pad_sequences=True, step=7),
+    dict(sequence_length=3, dtype=types.FLOAT, normalized=True),
+    dict(sequence_length=5, num_shards=2, shard_id=1),
+])
+def test_gpu_matches_cpu(clips, kw):
+    args = dict(filenames=clips, labels=[], enable_frame_num="sequence", enable_timestamps=True, **kw)
+    want = run("cpu", **args)
+    got = run("gpu", **args)
+    for (g, gs), (w, ws) in zip(got, want):
+        assert gs == ws
+        for k in range(len(w[0])):
+            a, b = g[0][k].astype(np.float64), w[0][k].astype(np.float64)
+            scale = 255.0 if kw.get("normalized") else 1.0
+            assert a.shape == b.shape and g[0][k].dtype == w[0][k].dtype
+            d = np.abs(a - b) * scale
+            assert d.mean() <= MEAN_TOL and d.max() <= MAX_TOL, (gs[k], d.mean(), d.max())
+            for j in range(1, len(w)):
+                np.testing.assert_array_equal(g[j][k], w[j][k])
+
+
+@pytest.mark.gpu
+def test_gpu_bad_file_is_skipped(clips, tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video" * 100)
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=0, on_error="skip")
+    def p():
+        return fn.readers.video(device="gpu", filenames=[clips[1], str(bad)], sequence_length=4)
+
+    pipe = p()
+    pipe.build()
+    for _ in range(3):
+        pipe.run()
+    assert any("bad.mp4" in r["source"] for r in pipe.error_report())
