@@ -55,6 +55,10 @@ GPU_MODULES = (
     # auto_aug's own steps: filter, equalize, contrast, auto_contrast, solarize(_add)
     "stoker.auto_aug.gpu_ops",
     "stoker.operators.readers.gpu_numpy",  # readers.numpy(device="gpu"): its tests on an H100, 2026-11-26
+    # the speech front end (its tests on an H200, 2026-11-26)
+    "stoker.operators.audio.gpu_signal",
+    "stoker.operators.audio.gpu_spectrogram",
+    "stoker.operators.audio.gpu_features",
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
