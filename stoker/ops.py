@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import types as _pytypes
 
-from stoker.operators.schema import registered
+from stoker.operators.schema import on_register, registered
 from stoker.pipeline.data_node import invoke
 
 
@@ -49,23 +49,52 @@ def _legacy_class(op_name: str, class_name: str) -> type:
     return cls
 
 
-def _populate() -> None:
+def _add(op_name: str, op_cls: type) -> None:
+    """Make ``ops`` classes for operator ``op_name`` (CamelCase under its namespace, legacy names)."""
+    if op_name.startswith("_"):
+        return
     module = sys.modules[__name__]
+    parts = op_name.split(".")
+    target = module
+    for sub in parts[:-1]:  # ops.readers.File, ops.decoders.Image, ops.random.Uniform
+        child = getattr(target, sub, None)
+        if child is None:
+            child = _pytypes.ModuleType(f"{target.__name__}.{sub}")
+            setattr(target, sub, child)
+        target = child
+    setattr(target, _camel(parts[-1]), _legacy_class(op_name, _camel(parts[-1])))
+    schema = op_cls.schema
+    for legacy in filter(None, (schema.legacy_name, *schema.extra_legacy_names)):
+        setattr(module, legacy, _legacy_class(op_name, legacy))
+
+
+def _remove(op_name: str) -> None:
+    """Drop the ``ops`` classes that view operator ``op_name`` (it was unregistered)."""
+    module = sys.modules[__name__]
+    parts = op_name.split(".")
+    target = module
+    for sub in parts[:-1]:
+        target = getattr(target, sub, None)
+        if target is None:
+            return
+    for owner in (target, module):
+        for attr, value in list(vars(owner).items()):
+            if isinstance(value, type) and issubclass(value, LegacyOperator) and value._op_name == op_name:
+                delattr(owner, attr)
+
+
+def _on_change(op_name: str, op_cls: type | None) -> None:
+    if op_cls is None:
+        _remove(op_name)
+    else:
+        _add(op_name, op_cls)
+
+
+def _populate() -> None:
     for op_name, op_cls in registered().items():
-        if op_name.startswith("_"):
-            continue
-        parts = op_name.split(".")
-        target = module
-        for sub in parts[:-1]:  # ops.readers.File, ops.decoders.Image, ops.random.Uniform
-            child = getattr(target, sub, None)
-            if child is None:
-                child = _pytypes.ModuleType(f"{target.__name__}.{sub}")
-                setattr(target, sub, child)
-            target = child
-        setattr(target, _camel(parts[-1]), _legacy_class(op_name, _camel(parts[-1])))
-        schema = op_cls.schema
-        for legacy in filter(None, (schema.legacy_name, *schema.extra_legacy_names)):
-            setattr(module, legacy, _legacy_class(op_name, legacy))
+        _add(op_name, op_cls)
 
 
 _populate()
+# Operators registered later (stoker.custom, plugins) get their classes as they arrive.
+on_register(_on_change)

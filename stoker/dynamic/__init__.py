@@ -24,7 +24,7 @@ computed when the call returns. ``device="gpu"`` needs CUDA and CuPy.
 from stoker.dynamic import decoders, random, readers
 from stoker.dynamic._data import Batch, Tensor, as_batch, as_tensor, batch, tensor
 from stoker.dynamic._invoke import get_num_threads, set_num_threads
-from stoker.dynamic._namespace import module_getattr
+from stoker.dynamic._namespace import module_dir, module_getattr
 
 __all__ = [
     "Batch",
@@ -42,6 +42,7 @@ __all__ = [
 
 # ndd.resize, ndd.flip, ndd.noise.gaussian ... come from the operator registry.
 __getattr__ = module_getattr("")
+__dir__ = module_dir("", globals())
 
 # Element types under dynamic mode's short names (ndd.float32 ...); they are stoker.types values.
 from stoker import types as _types  # noqa: E402

@@ -116,6 +116,13 @@ def instance(cls, op_name: str, static: dict, device: str):
     return inst
 
 
+def forget(op_name: str) -> None:
+    """Drop the cached instances of operator ``op_name`` (it was registered again or removed)."""
+    with _lock:
+        for key in [k for k in _cache if k[0] == op_name]:
+            del _cache[key]
+
+
 def _op_seed(schema, static: dict, rng) -> int:
     from stoker.dynamic.random import resolve_rng
 

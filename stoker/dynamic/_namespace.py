@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from stoker.operators.schema import get_operator, registered
+from stoker.operators.schema import get_operator, on_register, registered
 
 
 @functools.cache
@@ -62,3 +62,25 @@ def module_getattr(prefix: str):
         return lookup(prefix, name)
 
     return __getattr__
+
+
+def module_dir(prefix: str, module_vars: dict):
+    """A module ``__dir__``: the module's own names and the operators registered under ``prefix``."""
+
+    def __dir__():
+        found = {k[len(prefix):].split(".")[0] for k in registered() if k.startswith(prefix)}
+        return sorted(set(module_vars) | {n for n in found if not n.startswith("_")})
+
+    return __dir__
+
+
+def _forget(op_name: str, op_cls) -> None:
+    # An operator registered again under the same name (stoker.custom's replace=True) must not be
+    # served by the function or the instances made for the class it replaced.
+    make_function.cache_clear()
+    from stoker.dynamic import _invoke
+
+    _invoke.forget(op_name)
+
+
+on_register(_forget)

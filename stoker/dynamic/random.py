@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 
-from stoker.dynamic._namespace import module_getattr
+from stoker.dynamic._namespace import module_dir, module_getattr
 from stoker.random_state import mix_seed
 
 __all__ = ["RNG", "get_default_rng", "set_seed"]
@@ -120,3 +120,4 @@ def resolve_rng(rng) -> RNG:
 
 # ndd.random.uniform, ndd.random.coin_flip ... come from the operator registry.
 __getattr__ = module_getattr("random.")
+__dir__ = module_dir("random.", globals())

@@ -6,7 +6,7 @@ data, see :mod:`stoker.dynamic`.
 """
 
 from stoker.fn import decoders, random, readers  # noqa: F401
-from stoker.fn._factory import make_fn, namespace_getattr
+from stoker.fn._factory import make_fn, namespace_dir, namespace_getattr
 
 _external_source = make_fn("external_source")
 
@@ -36,3 +36,4 @@ reshape = make_fn("reshape")
 transpose = make_fn("transpose")
 
 __getattr__ = namespace_getattr("")
+__dir__ = namespace_dir("", globals())

@@ -74,7 +74,21 @@ def namespace_getattr(prefix: str):
 
             sub = types.ModuleType(f"stoker.fn.{full}")
             sub.__getattr__ = namespace_getattr(full + ".")
+            sub.__dir__ = namespace_dir(full + ".", vars(sub))
             return sub
         raise AttributeError(f"stoker.fn has no operator {full!r}")
 
     return __getattr__
+
+
+def namespace_dir(prefix: str, module_vars: dict):
+    """A module ``__dir__`` listing the module's own names and every operator registered under
+    ``prefix`` now (so ``dir(fn)`` shows operators found lazily and those registered late)."""
+
+    def __dir__():
+        from stoker.operators.schema import registered
+
+        found = {k[len(prefix):].split(".")[0] for k in registered() if k.startswith(prefix)}
+        return sorted(set(module_vars) | {n for n in found if not n.startswith("_")})
+
+    return __dir__

@@ -261,6 +261,10 @@ class Schema:
 
 
 _REGISTRY: dict[str, type] = {}
+# Called as listener(name, cls) after each registration and listener(name, None) after a removal:
+# namespaces built once (``ops``) and caches keyed by name (eager mode) follow operators that
+# are registered late, from a user's package after ``stoker.fn`` was imported (stoker.custom).
+_LISTENERS: list[Callable[[str, type | None], None]] = []
 
 
 def register(cls):
@@ -271,7 +275,23 @@ def register(cls):
     _REGISTRY[name] = cls
     cls._doc_head = cls.__doc__ or ""
     refresh_doc(cls)
+    for listener in list(_LISTENERS):
+        listener(name, cls)
     return cls
+
+
+def unregister(name: str) -> type:
+    """Remove operator ``name`` from the registry (``stoker.custom.unregister`` checks it is a
+    user's operator first); returns its class."""
+    cls = _REGISTRY.pop(name)
+    for listener in list(_LISTENERS):
+        listener(name, None)
+    return cls
+
+
+def on_register(listener: Callable[[str, type | None], None]) -> None:
+    """Call ``listener(name, cls)`` after every later registration (``cls`` None on removal)."""
+    _LISTENERS.append(listener)
 
 
 def refresh_doc(cls) -> None:

@@ -472,9 +472,20 @@ class BaseIterator:
                 state[name] = v.tolist() if isinstance(v, np.ndarray) else int(v)
         if self._passes is not None:
             state["passes"] = self._passes.state()
+        if self._reader_name:
+            state["num_shards"] = self._shards_num
         return state
 
     def _restore_state(self, state: dict) -> None:
+        saved_shards = state.get("num_shards") if isinstance(state, dict) else None
+        if saved_shards is not None and self._reader_name and saved_shards != self._shards_num:
+            # Positions and per-shard counters mean nothing under another split of the data set:
+            # resuming would repeat or skip samples, so it is refused (see plugin/README.md).
+            raise CheckpointError(
+                f"iterator: the checkpoint was taken with num_shards={saved_shards} for reader "
+                f"'{self._reader_name}', this run has num_shards={self._shards_num}; stoker resumes an epoch "
+                f"only at the world size it was saved with. Resume with {saved_shards} ranks, or start the "
+                "new world size without a checkpoint (at an epoch boundary)")
         try:
             for name in self._CHECKPOINTED:
                 if name in state and hasattr(self, name):

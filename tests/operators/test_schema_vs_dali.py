@@ -38,6 +38,7 @@ NOT_IN_DALI = {
 DALI_SCHEMA_NAMES = {
     "warp_perspective": "experimental__WarpPerspective",  # DALI 2.4 has only fn.experimental.warp_perspective
     "torch_python_function": "TorchPythonFunction",  # nvidia.dali.plugin.pytorch.fn
+    "experimental.numba_function": "NumbaFuncImpl",  # nvidia.dali.plugin.numba
 }
 
 
@@ -53,6 +54,8 @@ _FILTER = ("DALI's schema says LINEAR, but its operator sets both filters from i
            "min_filter / mag_filter override; stoker's None = interp_type does the same (oracle-tested in "
            "tests/operators/image/test_resize.py)")
 DEFAULT_OK = {
+    ("experimental.numba_function", "setup_fn"): "DALI's schema stores a function pointer (0: none); "
+                                                 "stoker keeps the Python function, None: none",
     ("readers.video_resize", "min_filter"): _FILTER,
     ("readers.video_resize", "mag_filter"): _FILTER,
     ("brightness_contrast", "contrast_center"): "DALI's schema says 0.5 but the operator uses half the "
