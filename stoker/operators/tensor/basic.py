@@ -248,6 +248,9 @@ class Subscript(Operator):
                     devices=("cpu", "gpu"), allow_unknown_args=True)
 
     def run_batch(self, batch, inputs, arg_inputs):
+        shared = self._shared_rows(inputs[0], arg_inputs)
+        if shared is not None:
+            return [batch_of_rows(shared, self.output_layouts([inputs[0].layout()])[0], inputs[0].source_info())]
         # Indices into small samples of one shape (shapes, magnitudes, a table row per sample):
         # the whole batch in one NumPy step (the batch axis first), not one Python call per sample.
         stacked = stacked_small(inputs[:1])
@@ -256,6 +259,44 @@ class Subscript(Operator):
             return None
         out = np.ascontiguousarray(stacked[0][key])
         return [batch_of_rows(out, self.output_layouts([inputs[0].layout()])[0], inputs[0].source_info())]
+
+    def _shared_rows(self, x, arg_inputs: dict):
+        """Per-sample indices into one array that every sample shares (a constant table, as
+        auto_aug's magnitude tables are): ``table[indices]`` for the whole batch at once, with no
+        stack of N copies of the table. None where this does not apply, or where an index is out of
+        range (the per-sample path then names the sample)."""
+        samples = x.samples()
+        n = len(samples)
+        spec = self.args["spec"]
+        if not n or not arg_inputs or any(item[0] != "index" for item in spec):
+            return None
+        table = samples[0]
+        # A constant's samples are views of its one value, each over all of it with one shape and
+        # strides: then they are the same data.
+        base = table.base
+        shared = all(s is table for s in samples) or (
+            isinstance(base, np.ndarray) and table.size == base.size
+            and all(s.base is base and s.shape == table.shape and s.strides == table.strides for s in samples))
+        if len(spec) > table.ndim or not shared:
+            return None
+        key = []
+        for axis, item in enumerate(spec):
+            if not isinstance(item[1], str):
+                key.append(int(item[1]))
+                continue
+            vals = np.asarray(arg_inputs[item[1]])
+            if vals.dtype.kind not in "biuf" or vals.size != n:
+                return None
+            vals = vals.reshape(n)
+            if vals.dtype.kind == "f" and not np.isfinite(vals).all():
+                return None
+            vals = vals.astype(np.int64)  # int(): towards zero, as the per-sample path
+            if ((vals < -table.shape[axis]) | (vals >= table.shape[axis])).any():
+                return None
+            key.append(vals)
+        if not any(isinstance(k, np.ndarray) for k in key):
+            return None
+        return np.ascontiguousarray(np.broadcast_to(table[tuple(key)], (n, *table.shape[len(spec):])))
 
     def _batch_key(self, arg_inputs: dict, n: int):
         """The index of the whole ``(N, ...)`` batch, or None where only the per-sample path
