@@ -216,6 +216,10 @@ class Operator:
     # True where the GPU implementation can write its output into a donated input's memory
     # (BatchContext.donated): the executor then works out which inputs it may donate.
     gpu_writes_in_place = False
+    # True where run_cpu computes the batch in NumPy steps with no pool and no state between
+    # batches, and the instance pickles: it may then run in a helper process, off the pipeline's
+    # GIL (stoker.pipeline.batch_offload).
+    offload_cpu = False
 
     @property
     def num_outputs(self) -> int:

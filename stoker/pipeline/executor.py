@@ -93,6 +93,28 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     return value
 
 
+def _start_batch_offload(graph: Graph, num_threads: int):
+    """The helper process for CPU operators that opt in to it (stoker.pipeline.batch_offload),
+    started now so that it is ready by the first batches; None when no such operator is in the
+    graph or the setting says no. Auto: pipelines with a GPU stage (whose host work competes
+    with the CPU stage for the GIL) and 4+ threads, on Linux; a CPU-only pipeline computes them
+    in its own process, where sending the batch out and back costs more than it frees."""
+    wanted = settings.get().batch_offload
+    if wanted is False or not hasattr(os, "memfd_create"):
+        return None
+    if wanted is None and (num_threads < 4 or not graph.gpu_nodes):
+        return None
+    if not any(getattr(graph.instances[n.id], "offload_cpu", False) for n in graph.cpu_nodes):
+        return None
+    from stoker.pipeline.batch_offload import BatchOffload
+
+    try:
+        return BatchOffload()
+    except OSError as e:
+        _log.warning("stoker: no helper process for batch operators (%s)", e)
+        return None
+
+
 def _last_uses(graph: Graph, keep: set) -> dict:
     """GPU-stage node id -> the values (node id, output) it is the last GPU-stage reader of,
     outputs of the pipeline excepted."""
@@ -162,6 +184,7 @@ class Executor:
         self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
+        self._batch_offload = _start_batch_offload(graph, num_threads)
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
         self._close_lock = threading.Lock()  # a second close() waits until the first is done
@@ -270,6 +293,9 @@ class Executor:
             if self._chain_workers is not None:
                 self._chain_workers.close()
                 self._chain_workers = None
+            if self._batch_offload is not None:
+                self._batch_offload.close()
+                self._batch_offload = None
             _open_executors.discard(self)
 
     # --- stages ------------------------------------------------------------
@@ -485,7 +511,11 @@ class Executor:
                 raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",
                                     operator=inst.instance_name, origin=node.origin)
         try:
-            outs = inst.run_gpu(ctx, inputs, arg_inputs) if gpu else inst.run_cpu(ctx, inputs, arg_inputs)
+            outs = None
+            if not gpu and self._batch_offload is not None and getattr(inst, "offload_cpu", False):
+                outs = self._batch_offload.run(inst, ctx, inputs, arg_inputs)  # None: compute it here
+            if outs is None:
+                outs = inst.run_gpu(ctx, inputs, arg_inputs) if gpu else inst.run_cpu(ctx, inputs, arg_inputs)
         except (OperatorError, StopIteration):
             raise
         except Exception as e:

@@ -49,6 +49,8 @@ def _center_form(b):
 class BoxEncoder(Operator):
     """Assigns each anchor a ground-truth box (or none) and encodes it."""
 
+    offload_cpu = True  # batch-wide NumPy on small arrays, mostly Python time (batch_offload)
+
     schema = Schema(
         name="box_encoder",
         legacy_name="BoxEncoder",

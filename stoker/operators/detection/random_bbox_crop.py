@@ -56,6 +56,8 @@ def parse_box_layout(layout: str, ndim: int):
 class RandomBBoxCrop(Operator):
     """Random crop windows constrained by their overlap with the bounding boxes."""
 
+    offload_cpu = True  # its batch search is mostly Python between small NumPy steps (batch_offload)
+
     schema = Schema(
         name="random_bbox_crop",
         legacy_name="RandomBBoxCrop",
