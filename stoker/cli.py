@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     from stoker._cli_index import add_parser as add_index_parser
 
     add_index_parser(sub)
+    from stoker._cli_bench import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return ap
 
 
@@ -219,6 +222,10 @@ def main(argv=None) -> int:
             from stoker._cli_index import run as write_indexes
 
             print(write_indexes(a))
+        elif a.cmd == "bench":
+            from stoker._cli_bench import run as bench
+
+            print(bench(a))
     except CLIError as e:
         print(f"stoker {a.cmd}: error: {e}", file=sys.stderr)
         return 1

@@ -94,7 +94,7 @@ def test_gpu_probe_gives_up_instead_of_hanging(monkeypatch):
 def test_every_command_and_option_has_help():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "cmd")
-    assert set(sub.choices) == {"demo", "sample-data", "info", "show", "graph", "index"}
+    assert set(sub.choices) == {"demo", "sample-data", "info", "show", "graph", "index", "bench"}
     helped = {a.dest for a in sub._choices_actions if a.help}
     assert helped == set(sub.choices)
     for name, p in sub.choices.items():

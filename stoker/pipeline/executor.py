@@ -160,6 +160,12 @@ class Iteration:
 class Executor:
     """Executes ``graph`` for ``Pipeline``; see the module docstring for the stages."""
 
+    # Optional timing hook (``stoker bench``): ``timer(kind, what)`` returns a context manager
+    # around each stage run ("stage", "cpu"/"gpu"), source advance ("source", node), operator run
+    # ("cpu"/"gpu", node), GPU host half ("prepare", node), fused chain ("fused", FusedStep) and
+    # wait for the consumer ("wait", "consumer"). Off (None) it costs one attribute check each.
+    timer = None
+
     def __init__(self, graph: Graph, *, batch_size: int, num_threads: int, cpu_queue: int, gpu_queue: int,
                  asynchronous: bool, gpu_context=None, on_error: str = "raise"):
         self.graph = graph
@@ -213,6 +219,9 @@ class Executor:
             if has_gpu:
                 self._start(self._gpu_worker, "stoker-gpu-stage")
 
+    def _timed(self, kind: str, what):
+        return self.timer(kind, what) if self.timer is not None else contextlib.nullcontext()
+
     def wants_chain_processes(self) -> bool:
         return self._chain_processes > 0
 
@@ -235,9 +244,11 @@ class Executor:
         if self.asynchronous:
             self._in.put(it)
         else:
-            self._run_cpu_stage(it)
+            with self._timed("stage", "cpu"):
+                self._run_cpu_stage(it)
             if self.graph.gpu_nodes:
-                self._run_gpu_stage(it)
+                with self._timed("stage", "gpu"):
+                    self._run_gpu_stage(it)
             self._out.put(it)
 
     @property
@@ -314,24 +325,26 @@ class Executor:
                 it.error = StokerError("the pipeline was closed")
                 self._mid.put(it)
                 continue
-            with self._stage_lock:
+            with self._stage_lock, self._timed("stage", "cpu"):
                 self._run_cpu_stage(it)
-            self._mid.put(it)
+            with self._timed("wait", "consumer"):  # blocks while the queue ahead is full
+                self._mid.put(it)
 
     def _gpu_worker(self):
         while True:
             it = self._mid.get()
             if it is _STOP:
                 return
-            while not self._closed and not self._gpu_outputs.acquire(timeout=0.1):
-                pass  # wait for pop() to take a finished batch
+            with self._timed("wait", "consumer"):
+                while not self._closed and not self._gpu_outputs.acquire(timeout=0.1):
+                    pass  # wait for pop() to take a finished batch
             if self._closed:
                 # Keep reading _mid until the CPU stage's _STOP (it would block on a full queue
                 # otherwise) and call off what the iterations hold (a mixed decoder's buffers).
                 for prepared in (it.values.get("prepared") or {}).values():
                     _cancel(prepared)
                 continue
-            with self._stage_lock:
+            with self._stage_lock, self._timed("stage", "gpu"):
                 self._run_gpu_stage(it)
             self._out.put(it)
 
@@ -343,7 +356,7 @@ class Executor:
             if self.tracker.active:
                 it.track = Track(target=self.batch_size)
             self._advance(it, self.batch_size)
-            fusion.run_steps(self, self._cpu_steps, it)
+            self._run_steps(it)
             if it.dropped or (it.track is not None and it.track.taken < it.track.target):
                 self._repair(it)
             if self.tracker.mask_nodes:
@@ -355,6 +368,15 @@ class Executor:
             it.error = e
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, who re-raises
             it.error = e
+
+    def _run_steps(self, it: Iteration) -> None:
+        if self.timer is None:
+            fusion.run_steps(self, self._cpu_steps, it)
+            return
+        for step in self._cpu_steps:  # one by one, so that the timing hook sees each fused chain
+            fused = isinstance(step, fusion.FusedStep)
+            with self._timed("fused", step) if fused else contextlib.nullcontext():
+                fusion.run_steps(self, [step], it)
 
     def _run_gpu_stage(self, it: Iteration) -> None:
         if it.error is not None:
@@ -395,7 +417,8 @@ class Executor:
             ctx = BatchContext(count, it.index, pool=self.pool)
             ctx.prepared = it.fed.get(node.instance_name)
             try:
-                prepared[node.id] = inst.advance(ctx)
+                with self._timed("source", node):
+                    prepared[node.id] = inst.advance(ctx)
             except (StopIteration, OperatorError):
                 raise
             except Exception as e:
@@ -480,7 +503,8 @@ class Executor:
                                stream=self.gpu.stream if self.gpu else None)
             ctx.on_error = self.on_error
             try:
-                it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
+                with self._timed("prepare", node):
+                    it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
             except (OperatorError, StopIteration):
                 raise
             except Exception as e:
@@ -515,7 +539,8 @@ class Executor:
             if not gpu and self._batch_offload is not None and getattr(inst, "offload_cpu", False):
                 outs = self._batch_offload.run(inst, ctx, inputs, arg_inputs)  # None: compute it here
             if outs is None:
-                outs = inst.run_gpu(ctx, inputs, arg_inputs) if gpu else inst.run_cpu(ctx, inputs, arg_inputs)
+                with self._timed("gpu" if gpu else "cpu", node):
+                    outs = inst.run_gpu(ctx, inputs, arg_inputs) if gpu else inst.run_cpu(ctx, inputs, arg_inputs)
         except (OperatorError, StopIteration):
             raise
         except Exception as e:
