@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import queue
-import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from stoker.errors import OperatorError, StokerError, printable
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals, fusion
 from stoker.pipeline.graph import Graph
+from stoker.pipeline.stage_setup import _last_uses, _start_batch_offload, chain_process_count  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
@@ -73,60 +73,6 @@ def _cancel(prepared) -> None:
     ``"cancel"`` callable (a mixed decoder returns the device buffer permit it holds)."""
     if isinstance(prepared, dict) and callable(prepared.get("cancel")):
         prepared["cancel"]()
-
-
-def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
-    """Worker processes for fused CPU chains (stoker.pipeline.chain_processes):
-    ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``min(num_threads, cpus) - 1`` for
-    pipelines of 8 or more threads on Linux machines of 8 or more cores, else none; ``cpus``
-    defaults to the cores this process may use). Measured on a 16-core host (benchmarks/results_log.md):
-    the CPU training pipeline went from 906 to 3,324 img/s with 15 workers, validation from 781
-    to 2,368; at 2 threads (2 cores) in-process and workers were level."""
-    value = settings.get().cpu_processes
-    if not hasattr(os, "memfd_create"):
-        return 0
-    if value is None:
-        if cpus is None:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
-        return min(num_threads, cpus) - 1 if many else 0
-    return value
-
-
-def _start_batch_offload(graph: Graph, num_threads: int):
-    """The helper process for CPU operators that opt in to it (stoker.pipeline.batch_offload),
-    started now so that it is ready by the first batches; None when no such operator is in the
-    graph or the setting says no. Auto: pipelines with a GPU stage (whose host work competes
-    with the CPU stage for the GIL) and 4+ threads, on Linux; a CPU-only pipeline computes them
-    in its own process, where sending the batch out and back costs more than it frees."""
-    wanted = settings.get().batch_offload
-    if wanted is False or not hasattr(os, "memfd_create"):
-        return None
-    if wanted is None and (num_threads < 4 or not graph.gpu_nodes):
-        return None
-    if not any(getattr(graph.instances[n.id], "offload_cpu", False) for n in graph.cpu_nodes):
-        return None
-    from stoker.pipeline.batch_offload import BatchOffload
-
-    try:
-        return BatchOffload()
-    except OSError as e:
-        _log.warning("stoker: no helper process for batch operators (%s)", e)
-        return None
-
-
-def _last_uses(graph: Graph, keep: set) -> dict:
-    """GPU-stage node id -> the values (node id, output) it is the last GPU-stage reader of,
-    outputs of the pipeline excepted."""
-    last: dict = {}
-    for node in graph.gpu_nodes:
-        for x in [*node.inputs, *node.arg_inputs.values()]:
-            last[(x.source.id, x.index)] = node.id
-    out: dict = {}
-    for key, node_id in last.items():
-        if key not in keep:
-            out.setdefault(node_id, []).append(key)
-    return out
 
 
 def is_gpu_batch(value) -> bool:
@@ -304,9 +250,9 @@ class Executor:
             if self._chain_workers is not None:
                 self._chain_workers.close()
                 self._chain_workers = None
-            if self._batch_offload is not None:
-                self._batch_offload.close()
-                self._batch_offload = None
+            offload, self._batch_offload = getattr(self, "_batch_offload", None), None
+            if offload is not None:
+                offload.close()
             _open_executors.discard(self)
 
     # --- stages ------------------------------------------------------------
@@ -536,7 +482,7 @@ class Executor:
                                     operator=inst.instance_name, origin=node.origin)
         try:
             outs = None
-            if not gpu and self._batch_offload is not None and getattr(inst, "offload_cpu", False):
+            if not gpu and getattr(inst, "offload_cpu", False) and getattr(self, "_batch_offload", None):
                 outs = self._batch_offload.run(inst, ctx, inputs, arg_inputs)  # None: compute it here
             if outs is None:
                 with self._timed("gpu" if gpu else "cpu", node):
