@@ -231,10 +231,14 @@ def main() -> None:
                    "--batch", str(args.batch), "--threads", str(args.threads), "--seconds", str(args.seconds)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-            if done.returncode or not lines:
-                print(json.dumps({"engine": engine, "failed": done.stderr[-1500:]}), flush=True)
+            if not lines:
+                # a signal leaves stderr empty: the exit status says which (negative: -11 is SIGSEGV)
+                print(json.dumps({"engine": engine, "failed": done.stderr[-1500:], "exit_status": done.returncode,
+                                  "stdout": done.stdout[-500:]}), flush=True)
                 continue
             result = json.loads(lines[-1])
+            if done.returncode:  # measured, then failed while exiting: keep the figures, say so
+                result["exit_status"] = done.returncode
             rates[engine] = result["audio_s_per_s"]
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}), flush=True)
         ratios = {}

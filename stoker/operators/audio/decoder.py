@@ -25,6 +25,7 @@ from stoker import types
 from stoker.errors import PipelineBuildError, arg_error
 from stoker.operators.audio._convert import from_float
 from stoker.operators.audio._resampling import resample, resampled_length
+from stoker.operators.audio._wav import pcm16_as, read_pcm16
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 
@@ -65,12 +66,14 @@ def decode_audio(data, dtype: np.dtype, downmix: bool = False, sample_rate: floa
     """
     import soundfile as sf
 
-    if isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
-        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-        if not raw:
-            raise ValueError("the audio file is empty")
-        data = io.BytesIO(raw)
     target = float(sample_rate or 0.0)
+    if isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+        if not len(data):
+            raise ValueError("the audio file is empty")
+        pcm = read_pcm16(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
+        if pcm is not None:
+            return _from_pcm16(pcm, np.dtype(dtype), downmix, target, quality, offset, duration)
+        data = io.BytesIO(data.tobytes() if isinstance(data, np.ndarray) else bytes(data))
     try:
         with sf.SoundFile(data) as f:
             rate = float(f.samplerate)
@@ -84,11 +87,32 @@ def decode_audio(data, dtype: np.dtype, downmix: bool = False, sample_rate: floa
         raise ValueError(f"cannot decode the audio data: {e}") from None
     if not convert:
         return audio, np.float32(rate)
+    return _mix_and_resample(audio, dtype, downmix, rate, target, quality), np.float32(rate)
+
+
+def _mix_and_resample(audio: np.ndarray, dtype: np.dtype, downmix: bool, rate: float, target: float,
+                      quality: float) -> np.ndarray:
+    """Float (T, C) ``audio`` downmixed and/or resampled, then converted to ``dtype``."""
     if downmix:
-        audio = audio.mean(axis=1, dtype=np.float32)
+        # one channel: the mean is the channel itself (a reduction over an axis of 1 costs a pass)
+        audio = audio.reshape(-1) if audio.shape[1] == 1 else audio.mean(axis=1, dtype=np.float32)
     if target > 0 and target != rate:
         audio = resample(audio, rate, target, resampled_length(audio.shape[0], rate, target), quality)
-    return from_float(audio, dtype), np.float32(rate)
+    return from_float(audio, dtype)
+
+
+def _from_pcm16(pcm: tuple[float, np.ndarray], dtype: np.dtype, downmix: bool, target: float, quality: float,
+                offset: float, duration: float) -> tuple[np.ndarray, np.float32]:
+    """:func:`decode_audio` of a 16-bit PCM WAV read by :func:`._wav.read_pcm16`."""
+    rate, samples = pcm
+    frames = samples.shape[0]
+    start = min(int(round(offset * rate)), frames) if offset > 0 else 0
+    stop = min(start + int(round(duration * rate)), frames) if duration > 0 else frames
+    samples = samples[start:stop]
+    if not (downmix or (target > 0 and target != rate)):
+        return pcm16_as(samples, dtype), np.float32(rate)
+    audio = pcm16_as(samples, np.dtype(np.float32))
+    return _mix_and_resample(audio, dtype, downmix, rate, target, quality), np.float32(rate)
 
 
 @register

@@ -29,7 +29,9 @@ def preemphasis(x: np.ndarray, coeff: float, border: str) -> np.ndarray:
     if x.shape[0] == 0:
         return out.reshape(shape)
     c = np.float32(coeff)
-    out[1:] = x[1:] - c * x[:-1]
+    # x + (-(c * prev)) rounds as x - c * prev does, written in place: no whole-signal temporary
+    np.multiply(x[:-1], -c, out=out[1:])
+    out[1:] += x[1:]
     if border == "zero":
         prev = np.float32(0)
     elif border == "clamp" or x.shape[0] < 2:
@@ -38,9 +40,6 @@ def preemphasis(x: np.ndarray, coeff: float, border: str) -> np.ndarray:
         prev = x[1]
     out[0] = x[0] - c * prev
     return out.reshape(shape)
-
-
-
 
 
 @register

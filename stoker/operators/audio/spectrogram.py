@@ -3,7 +3,7 @@
 Windows of ``window_length`` samples every ``window_step`` samples are multiplied by
 ``window_fn`` (default: the periodic Hann window sampled at half steps, ``0.5 - 0.5 cos(2 pi
 (t + 0.5) / N)``, which is DALI's), zero-padded to ``nfft`` (default ``window_length``) and
-transformed with ``numpy.fft.rfft``; each bin's magnitude (``power=1``) or squared magnitude
+transformed with ``numpy.fft.rfft`` in float64; each bin's magnitude (``power=1``) or squared magnitude
 (``power=2``) is kept, ``nfft // 2 + 1`` bins in all.
 
 With ``center_windows`` (default) window ``k`` is centred on sample ``k * window_step``, there
@@ -15,6 +15,8 @@ Output: float32 (bins, windows) with layout "ft", or (windows, bins) "tf".
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -72,18 +74,63 @@ def frames_view(x: np.ndarray, length: int, step: int, center: bool, reflect: bo
     return np.lib.stride_tricks.sliding_window_view(padded, length)[::step][:count]
 
 
+# Frames transformed per FFT call: the chunk's frames, spectrum and powers (~0.7 MB at nfft 512)
+# stay in a core's cache, and the buffers are reused call after call instead of being allocated
+# (and page-faulted in) per sample, which made whole-signal temporaries the larger part of the
+# cost once many pipeline threads ran at once.
+CHUNK = 128
+_scratch = threading.local()
+
+
+def _new_buffers(rows: int, nfft: int):
+    nbins = nfft // 2 + 1
+    return np.zeros((rows, nfft)), np.empty((rows, nbins), np.complex128), np.empty((rows, nbins))
+
+
+def _buffers(rows: int, nfft: int, length: int):
+    """(frames, spectrum, powers) buffers for ``rows`` frames of ``nfft``, whose frame columns
+    from ``length`` on stay zero: this thread's own for full chunks, fresh ones for a short signal."""
+    if rows < CHUNK:
+        return _new_buffers(rows, nfft)
+    cache = getattr(_scratch, "bufs", None)
+    if cache is None:
+        cache = _scratch.bufs = {}
+    bufs = cache.get((nfft, length))
+    if bufs is None:
+        bufs = cache[(nfft, length)] = _new_buffers(rows, nfft)
+    return bufs
+
+
 def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndarray, power: int,
-               center: bool, reflect: bool) -> np.ndarray:
-    """The (windows, nfft // 2 + 1) float32 spectrogram of the 1D float32 signal ``x``."""
-    # one pass builds the windowed frames from a strided view: the (windows, length) int64 index
-    # and mask arrays it replaced cost as much as the FFT (py-spy, 2-core front end)
-    frames = frames_view(np.asarray(x, np.float32), length, step, center, reflect) * window
-    spec = np.fft.rfft(frames, n=nfft, axis=1)
-    if power == 2:
-        out = spec.real ** 2 + spec.imag ** 2
-    else:
-        out = np.abs(spec)
-    return out.astype(np.float32, copy=False)
+               center: bool, reflect: bool, freq_major: bool = False) -> np.ndarray:
+    """The float32 spectrogram of the 1D float32 signal ``x``: (windows, nfft // 2 + 1), or
+    (nfft // 2 + 1, windows) with ``freq_major``.
+
+    The windowed frames are transformed in float64: NumPy's float64 FFT runs ~2.8 times faster
+    than its float32 one (NumPy 2.x), and is the more exact. Frames come from a strided view of
+    the signal (no index arrays), ``CHUNK`` at a time."""
+    frames = frames_view(np.asarray(x, np.float32), length, step, center, reflect)
+    count, nbins = frames.shape[0], nfft // 2 + 1
+    out = np.empty((nbins, count) if freq_major else (count, nbins), np.float32)
+    rows = min(CHUNK, max(count, 1))
+    buf, spec, pw = _buffers(rows, nfft, length)
+    window = np.asarray(window, np.float32)
+    for k in range(0, count, rows):
+        m = min(rows, count - k)
+        # float32 products (the frames' values), widened as they are stored; the zero padding
+        # past ``length`` is never written, and stale rows past ``m`` are not read back
+        np.multiply(frames[k:k + m], window, out=buf[:m, :length], dtype=np.float32, casting="unsafe")
+        np.fft.rfft(buf, axis=1, out=spec)
+        if power == 2:
+            np.multiply(spec.real, spec.real, out=pw)
+            pw += np.square(spec.imag)
+        else:
+            np.abs(spec, out=pw)
+        if freq_major:
+            out[:, k:k + m] = pw[:m].T
+        else:
+            out[k:k + m] = pw[:m]
+    return out
 
 
 @register
@@ -139,6 +186,5 @@ class Spectrogram(Operator):
         if x.dtype != np.float32:
             raise self.error(f"expects float32 audio, got {x.dtype} (cast it, or decode with dtype=FLOAT)")
         a = self.args
-        spec = stft_power(x, self.nfft, a["window_length"], a["window_step"], self.window, a["power"],
-                          a["center_windows"], a["reflect_padding"])
-        return np.ascontiguousarray(spec.T) if a["layout"] == "ft" else spec
+        return stft_power(x, self.nfft, a["window_length"], a["window_step"], self.window, a["power"],
+                          a["center_windows"], a["reflect_padding"], freq_major=a["layout"] == "ft")
