@@ -385,6 +385,20 @@ def _cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, gray, i):
         raise op.sample_failure(e, batch, i) from e
 
 
+def _frame_hints(data):
+    """The batch's JPEG frame hints, when its reader gave them (readers.file's I/O process scans
+    them) or its samples lie in one buffer (the container readers: scanned here in bulk, see
+    :mod:`stoker.backend.jpeg_header_bulk`); None otherwise (the decoder scans each sample)."""
+    hints = getattr(data, "_frame_hints", None)
+    base = getattr(data, "_located_base", None)
+    if hints is None and base is not None:
+        from stoker.backend.jpeg_header_bulk import frame_hints
+
+        addrs, sizes = data._located
+        hints = frame_hints(base, (addrs - np.uint64(base.ctypes.data)).astype(np.int64), sizes.astype(np.int64))
+    return hints
+
+
 def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     """Host-side half of a mixed decode (runs in the CPU stage when the executor allows).
 
@@ -405,8 +419,8 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     if hw is not None:
         from stoker.operators.decoders._hardware_path import prepare_hardware
 
-        return prepare_hardware(op, kind, batch, enc, arg_inputs, st,  # (readers.file sets these two)
-                                getattr(inputs[0], "_frame_hints", None), getattr(inputs[0], "_located", None))
+        return prepare_hardware(op, kind, batch, enc, arg_inputs, st, _frame_hints(inputs[0]),
+                                getattr(inputs[0], "_located", None))
     nv = _nv()
     heads = [_header(np.asarray(d)) for d in enc]
     wins: list = [None] * n

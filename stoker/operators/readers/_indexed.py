@@ -12,6 +12,11 @@ the file reader's guarantees without more code:
   refused;
 * argument errors naming the reader, the argument and the user's line.
 
+A subclass whose samples are byte ranges of local files says so (``reads_ranges``),
+where each lies (``sample_range``) and how its bytes become outputs (``parse_sample``);
+with 4 or more pipeline threads its batches are then read by the I/O helper process,
+one batch ahead (:mod:`._batch_read`), instead of sample by sample on the thread pool.
+
 A sample that cannot be read raises ``OSError`` (or ``ValueError`` for a record
 that is malformed) naming its source; the executor applies ``on_error``.
 """
@@ -19,12 +24,20 @@ that is malformed) naming its source; the executor applies ``on_error``.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+
+import numpy as np
 
 from stoker.errors import CheckpointError, PipelineBuildError
 from stoker.operators.base import Reader
+from stoker.operators.readers import _storage
+from stoker.operators.readers._batch_read import RangeReads, locate
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._order import ShardedOrder
+from stoker.tensors import TensorListCPU
+
+_log = logging.getLogger("stoker")
 
 
 class IndexedReader(Reader):
@@ -42,8 +55,33 @@ class IndexedReader(Reader):
         raise NotImplementedError
 
     def load_sample(self, i: int) -> tuple:
-        """The outputs of sample ``i`` (a tuple of NumPy arrays, one per output)."""
+        """The outputs of sample ``i`` (a tuple of NumPy arrays, one per output). By default its
+        byte range read here and parsed (``sample_range`` and ``parse_sample``)."""
+        path, offset, size = self.sample_range(i)
+        raw = _storage.read_bytes(path, offset, size) if size is not None else _storage.read_bytes(path)
+        return self.parse_sample(i, np.frombuffer(raw, np.uint8))
+
+    def reads_ranges(self) -> bool:
+        """Whether every sample is one byte range of a local file (``sample_range``), so that
+        batches may be read by the I/O helper process (:mod:`._batch_read`)."""
+        return False
+
+    def sample_range(self, i: int) -> tuple[str, int, int | None]:
+        """(path, offset, size) of sample ``i``'s bytes; size None: the whole file."""
         raise NotImplementedError
+
+    def parse_sample(self, i: int, raw: np.ndarray) -> tuple:
+        """The outputs of sample ``i`` from its bytes ``raw`` (a read-only 1-D uint8 array): views
+        of ``raw`` where the data is stored as is, so that it is not copied."""
+        raise NotImplementedError
+
+    def check_samples(self, results: list, refs: list) -> None:
+        """Raise an OperatorError naming the files when the batch's samples (``results``: their
+        output tuples) cannot form one batch; by default nothing is checked."""
+
+    def output_source(self, i: int, j: int) -> str:
+        """``source_info`` of output ``j`` of sample ``i`` (by default the sample's source)."""
+        return self.sample_source(i)
 
     def sample_source(self, i: int) -> str:
         """Where sample ``i`` comes from, as errors and ``source_info`` show it."""
@@ -70,6 +108,8 @@ class IndexedReader(Reader):
         self._order: ShardedOrder | None = None
         self._pending_state: dict | None = None
         self._list_lock = threading.Lock()  # lazy_init: reader_meta() and the executor may list at once
+        self._use_helper = False  # batches read by the I/O helper process (see _batch_read)
+        self._reads: RangeReads | None = None
 
     def _label(self) -> str:
         return self.schema.name + (f" '{self.args['name']}'" if self.args.get("name") else "")
@@ -79,11 +119,16 @@ class IndexedReader(Reader):
         return PipelineBuildError(f"{self._label()}: argument '{arg}': {message}{where}")
 
     def bind_pipeline(self, pipe) -> None:
+        from stoker.operators.readers.file import _wants_io_process
+
         self._batch_size = max(1, pipe.batch_size)
+        self._use_helper = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
 
     def prepare(self) -> None:
         if not self.args.get("lazy_init"):
             self._ensure_listed()
+            # (started at build, as the file reader's: its start-up runs beside the rest of the build)
+            self._range_reads()
 
     def _ensure_listed(self) -> ShardedOrder:
         if self._order is not None:
@@ -120,6 +165,88 @@ class IndexedReader(Reader):
     def next_refs(self, n: int) -> list:
         order = self._ensure_listed()
         return [i for i, _ in order.take(n)]
+
+    def _peek_refs(self, n: int) -> list:
+        """The next ``n`` references, without advancing the stream (for the read ahead)."""
+        order = self._order
+        saved = order.epoch, order.position
+        try:
+            return [i for i, _ in order.take(n)]
+        finally:
+            order.epoch, order.position = saved
+
+    def _range_reads(self) -> RangeReads | None:
+        if self._reads is None and self._use_helper and self._order is not None and self.reads_ranges():
+            try:
+                self._reads = RangeReads(self._helper_ranges, self.parse_sample)
+            except OSError as e:
+                _log.warning("%s: no I/O helper process (%s); reading in this process", self._label(), e)
+                self._use_helper = False
+        return self._reads
+
+    def _helper_ranges(self, refs: list) -> list:
+        out = []
+        for r in refs:
+            path, offset, size = self.sample_range(r)
+            out.append(path if size is None else (path, offset, size))
+        return out
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        """Read the batch: through the I/O helper process one batch ahead when this reader reads
+        byte ranges (see :mod:`._batch_read`), else sample by sample on the thread pool."""
+        refs = batch.prepared
+        sources = [self.sample_source(r) for r in refs]
+        batch.sources = sources
+        parsed = None
+        reads = self._range_reads()
+        if reads is not None:
+            try:
+                parsed = reads.take(list(refs), self._peek_refs(len(refs)))
+            except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
+                _log.warning("%s: the I/O helper process failed (%s); reading in this process", self._label(), e)
+                self.close()
+                self._use_helper = False
+        if parsed is None:
+            results = self.map_samples(batch, len(refs), lambda i: self.load_sample(refs[i]))
+        else:
+            results = self._with_policy(batch, parsed.results)
+        kept = [i for i in range(len(refs)) if results[i] is not None]
+        self.check_samples([results[i] for i in kept], [refs[i] for i in kept])
+        layouts = self.output_layouts([])
+        own = type(self).output_source is not IndexedReader.output_source
+        outs = []
+        for j in range(self.num_outputs):
+            srcs = [self.output_source(refs[i], j) for i in kept] if own else [sources[i] for i in kept]
+            samples = [results[i][j] for i in kept]
+            out = TensorListCPU(samples, layouts[j], srcs)
+            where = locate(samples, parsed.base) if parsed is not None else None
+            if where is not None:  # (the mixed decoders' staging and bulk header scan use these)
+                out._located, out._located_base = where, parsed.base
+            outs.append(out)
+        return outs
+
+    def _with_policy(self, batch, results: list) -> list:
+        """``results`` with the failed samples (exceptions) put through the error policy, as
+        the per-sample path does."""
+        if not any(isinstance(r, BaseException) for r in results):
+            return results
+
+        def one(i):
+            if isinstance(results[i], BaseException):
+                raise results[i]
+            return results[i]
+
+        pool, batch.pool = batch.pool, None  # nothing left to parallelize
+        try:
+            return self.map_samples(batch, len(results), one)
+        finally:
+            batch.pool = pool
+
+    def close(self) -> None:
+        """Stop the I/O helper process and the read-ahead thread (``Pipeline.close``)."""
+        reads, self._reads = self._reads, None
+        if reads is not None:
+            reads.close()
 
     def load(self, ref) -> tuple:
         return self.load_sample(ref)

@@ -112,21 +112,60 @@ def _load_header_scan():
         return None
 
 
-def _read_batch(paths: list[str], slots: _Slots, scan=None):
-    """Read ``paths`` into one slot. Returns (slot id, fd to send or -1, capacity, offsets, sizes,
-    errors by position, frame hints or None). ``scan`` (frame_hint) reads each file's JPEG frame
-    header while its bytes are still in the cache: about 3 us a file here, in a process of its
-    own, where the pipeline's process would wait for its GIL."""
+def _sizes_of(entries: list) -> tuple[list, dict]:
+    """The byte count of each entry (a path: the whole file; (path, offset, size): that range) and
+    the entries that cannot be read {position: reason}."""
     sizes, errors = [], {}
-    for i, p in enumerate(paths):
+    for i, e in enumerate(entries):
+        if not isinstance(e, str):
+            sizes.append(e[2])
+            continue
         try:
-            st = os.stat(p)
+            st = os.stat(e)
             if not stat.S_ISREG(st.st_mode):
                 raise IsADirectoryError(21, "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
             sizes.append(st.st_size)
-        except OSError as e:
-            errors[i] = e.strerror or str(e)
+        except OSError as err:
+            errors[i] = err.strerror or str(err)
             sizes.append(0)
+    return sizes, errors
+
+
+def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict) -> None:
+    """Read every entry into its place in ``view``. Ranges of one file (a container's records)
+    share one descriptor for the batch and are read with ``preadv``: no seek, no copy."""
+    fds: dict = {}
+    try:
+        for i, e in enumerate(entries):
+            if i in errors or sizes[i] == 0:
+                continue
+            dst = view[offsets[i]:offsets[i] + sizes[i]]
+            try:
+                if isinstance(e, str):
+                    with open(e, "rb", buffering=0) as f:
+                        sizes[i] = f.readinto(dst)  # a shrunk file keeps what was read
+                    continue
+                path, at, want = e
+                fd = fds.get(path)
+                if fd is None:
+                    fd = fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                got = os.preadv(fd, [dst], at)
+                if got != want:
+                    errors[i] = f"{want} bytes wanted at offset {at}, the file ends after {got}"
+            except OSError as err:
+                errors[i] = err.strerror or str(err)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _read_batch(entries: list, slots: _Slots, scan=None):
+    """Read ``entries`` (paths of whole files, or (path, offset, size) ranges) into one slot.
+    Returns (slot id, fd to send or -1, capacity, offsets, sizes, errors by position, frame hints
+    or None). ``scan`` (frame_hint) reads each file's JPEG frame header while its bytes are still
+    in the cache: about 3 us a file here, in a process of its own, where the pipeline's process
+    would wait for its GIL."""
+    sizes, errors = _sizes_of(entries)
     offsets, off = [], 0
     for s in sizes:
         offsets.append(off)
@@ -134,14 +173,7 @@ def _read_batch(paths: list[str], slots: _Slots, scan=None):
     k, fd, capacity, mm = slots.take(off)
     view = memoryview(mm)
     try:
-        for i, p in enumerate(paths):
-            if i in errors or sizes[i] == 0:
-                continue
-            try:
-                with open(p, "rb", buffering=0) as f:
-                    sizes[i] = f.readinto(view[offsets[i]:offsets[i] + sizes[i]])  # a shrunk file keeps what was read
-            except OSError as e:
-                errors[i] = e.strerror or str(e)
+        _read_entries(entries, view, offsets, sizes, errors)
         hints = None
         if scan is not None:  # (flat int64 bytes: one buffer to pickle, one frombuffer to read)
             import array
@@ -160,11 +192,11 @@ def _serve(sock: socket.socket) -> None:
     scan = _load_header_scan()
     while True:
         try:
-            paths, freed = _recv_msg(sock)
+            entries, freed, want_hints = _recv_msg(sock)
         except EOFError:
             return
         slots.release(freed)
-        k, fd, capacity, offsets, sizes, errors, hints = _read_batch(paths, slots, scan)
+        k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None)
         if fd >= 0:
             socket.send_fds(sock, [b"F"], [fd])
         else:
@@ -298,20 +330,21 @@ class ReadWorker:
         with self.freed_lock:
             self.freed.append(k)
 
-    def read(self, paths: list[str]):
+    def read(self, paths: list, scan_frames: bool = True):
         """(samples, errors, hints, located): 1D uint8 arrays (read-only views of a shared
         mapping; None where reading failed), {position: reason}, each file's JPEG frame hint as
         an (N, 6) int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; None when the
-        helper could not scan), and the samples' (addresses, byte sizes) as two uint64 arrays
-        (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`). The mapping is
-        reused for a later batch once every sample of this one is gone."""
+        helper could not scan or ``scan_frames`` is false), and the samples' (addresses, byte sizes) as
+        two uint64 arrays (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`).
+        ``paths``: whole files, or (path, offset, size) byte ranges (a container's records). The
+        mapping is reused for a later batch once every sample of this one is gone."""
         import weakref
 
         np = self._np
         with self.lock:
             with self.freed_lock:
                 freed, self.freed = self.freed, []
-            _send_msg(self.sock, (list(paths), freed))
+            _send_msg(self.sock, (list(paths), freed, scan_frames))
             msg, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
             if not msg:
                 raise EOFError("the reader's I/O process exited")

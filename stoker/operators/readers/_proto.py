@@ -24,6 +24,8 @@ VARINT, FIXED64, BYTES, FIXED32 = 0, 1, 2, 5
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte (keys, small sizes): no loop
+        return buf[pos], pos + 1
     result = shift = 0
     end = len(buf)
     while True:

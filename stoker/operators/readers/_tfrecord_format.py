@@ -152,7 +152,7 @@ BYTES_LIST, FLOAT_LIST, INT64_LIST = 1, 2, 3
 
 def example_features(data, wanted: set[bytes]) -> dict[bytes, tuple[int, object]]:
     """The features named in ``wanted`` that the Example holds: ``{name: (kind, values)}``, kind
-    being BYTES_LIST (values: list of bytes), FLOAT_LIST (float32 array) or INT64_LIST (int64
+    being BYTES_LIST (values: list of memoryviews of ``data``), FLOAT_LIST (float32 array) or INT64_LIST (int64
     array). Raises ProtoError for bytes that are not an Example."""
     found: dict[bytes, tuple[int, object]] = {}
     for wire, features in fields(data).get(1, ()):
@@ -178,8 +178,8 @@ def _feature(data) -> tuple[int, object]:
                 if wire != BYTES:
                     raise ProtoError(f"Feature field {number} is not a message")
                 kind, payload = number, fields(value).get(1, [])
-    if kind == BYTES_LIST:
-        return kind, [bytes(v) for w, v in payload if w == BYTES]
+    if kind == BYTES_LIST:  # (views of the record: a batch read into one buffer stays there, uncopied)
+        return kind, [v for w, v in payload if w == BYTES]
     if kind == FLOAT_LIST:
         parts = []
         for wire, value in payload:
@@ -208,6 +208,8 @@ def _joined(parts: list, dtype) -> np.ndarray:
 
 def packed_varints(data) -> np.ndarray:
     """A packed repeated int64 field as an int64 array, decoded with NumPy (no loop per value)."""
+    if len(data) == 1 and data[0] < 0x80:  # one small value (a class label): no NumPy passes
+        return np.array([data[0]], np.int64)
     b = np.frombuffer(data, np.uint8)
     if not b.size:
         return np.zeros(0, np.int64)

@@ -54,9 +54,13 @@ class MXNetReader(IndexedReader):
         for a in (self._file_of, self._offsets, self._sizes):
             digest.update(a.tobytes())
 
-    def load_sample(self, i: int) -> tuple:
-        path = self._paths[self._file_of[i]]
-        raw = _storage.read_bytes(path, int(self._offsets[i]), int(self._sizes[i]))
+    def reads_ranges(self) -> bool:
+        return not any(_storage.is_remote(p) for p in self._paths)
+
+    def sample_range(self, i: int) -> tuple[str, int, int]:
+        return self._paths[self._file_of[i]], int(self._offsets[i]), int(self._sizes[i])
+
+    def parse_sample(self, i: int, raw) -> tuple:
         try:
             return _recordio.parse_image_record(raw)
         except ValueError as e:

@@ -150,12 +150,23 @@ class TFRecordReader(IndexedReader):
         return f"{self.args['path'][self._file[i]]} at index {int(self._offset[i])}"
 
     # --- reading ------------------------------------------------------------------------------
+    def reads_ranges(self) -> bool:
+        return not any(_storage.is_remote(p) for p in self.args["path"])
+
+    def sample_range(self, i: int) -> tuple[str, int, int]:
+        return self.args["path"][self._file[i]], int(self._offset[i]), int(self._size[i])
+
     def load_sample(self, i: int) -> tuple:
+        if i in self._broken:  # (not read: a broken header's record runs to the end of the file)
+            path, offset = self.args["path"][self._file[i]], int(self._offset[i])
+            raise ValueError(f"{path!r}, record at offset {offset}: {self._broken[i]}")
+        return super().load_sample(i)
+
+    def parse_sample(self, i: int, raw) -> tuple:
         path, offset = self.args["path"][self._file[i]], int(self._offset[i])
         where = f"{path!r}, record at offset {offset}"
         if i in self._broken:
             raise ValueError(f"{where}: {self._broken[i]}")
-        raw = _storage.read_bytes(path, offset, int(self._size[i]))
         try:
             found = example_features(record_data(raw), self._wanted)
         except (RecordError, ProtoError) as e:

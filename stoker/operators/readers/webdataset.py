@@ -27,7 +27,6 @@ from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._tar_index import Component, read_index, scan_samples, split_name
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.tensors import TensorListCPU
 
 BEHAVIORS = ("empty", "skip", "error")
 _HEADER_SLACK = 1536  # a member's header (and a long name's) between two members read at once
@@ -117,6 +116,7 @@ class WebdatasetReader(IndexedReader):
                     continue
                 self._check_sizes(path, picked)
                 self._samples.append((k, picked, next((c for c in picked if c is not None), components[0])))
+        self._span = [self._covering(picked) for _, picked, _ in self._samples]
         return len(self._samples)
 
     def _pick(self, components: list[Component]) -> tuple[Component | None, ...]:
@@ -157,6 +157,35 @@ class WebdatasetReader(IndexedReader):
         return "" if c is None else f"{self.args['paths'][k]}:{c.offset}:{c.name}"
 
     # --- reading ------------------------------------------------------------------------------
+    def reads_ranges(self) -> bool:
+        """Batches through the I/O helper when each sample's members are neighbours (one range
+        covers them) and the archives are local files."""
+        if any(_storage.is_remote(p) for p in self.args["paths"]):
+            return False
+        return all(span is not None for span in self._span)
+
+    @staticmethod
+    def _covering(picked) -> tuple[int, int] | None:
+        """(offset, size) of the one read that covers a sample's members, or None when they lie
+        too far apart for one read ((0, 0) for a sample with none)."""
+        present = [c for c in picked if c is not None]
+        if not present:
+            return 0, 0
+        lo = min(c.offset for c in present)
+        hi = max(c.offset + c.size for c in present)
+        return (lo, hi - lo) if hi - lo <= sum(c.size for c in present) + _HEADER_SLACK * len(present) else None
+
+    def sample_range(self, i: int) -> tuple[str, int, int]:
+        k = self._samples[i][0]
+        lo, size = self._span[i]
+        return self.args["paths"][k], lo, size
+
+    def parse_sample(self, i: int, raw) -> tuple:
+        _, picked, _ = self._samples[i]
+        lo = self._span[i][0]
+        return tuple(np.zeros(0, dt) if c is None else raw[c.offset - lo:c.offset - lo + c.size].view(dt)
+                     for c, dt in zip(picked, self._dtypes))
+
     def load_sample(self, i: int) -> tuple:
         k, picked, _ = self._samples[i]
         path = self.args["paths"][k]
@@ -173,15 +202,6 @@ class WebdatasetReader(IndexedReader):
                 data = {c.offset: _storage.read_bytes(path, c.offset, c.size) for c in present}
         return tuple(np.zeros(0, dt) if c is None else np.frombuffer(data[c.offset], dt)
                      for c, dt in zip(picked, self._dtypes))
-
-    def run_cpu(self, batch, inputs, arg_inputs):
-        """Read the batch's samples on the thread pool; each output keeps its own members' sources."""
-        refs = batch.prepared
-        batch.sources = [self.sample_source(r) for r in refs]
-        results = self.map_samples(batch, len(refs), lambda i: self.load_sample(refs[i]))
-        kept = [i for i in range(len(refs)) if results[i] is not None]
-        return [TensorListCPU([results[i][j] for i in kept], "", [self.output_source(refs[i], j) for i in kept])
-                for j in range(self.num_outputs)]
 
     def output_layouts(self, input_layouts):
         return [""] * self.num_outputs
