@@ -149,14 +149,12 @@ def test_experimental_pipeline_def_without_debug_is_pipeline_def():
     np.testing.assert_array_equal(np.asarray(out[0]), [4, 4])
 
 
-def test_experimental_pipeline_def_refuses_debug_mode_clearly():
+def test_experimental_pipeline_def_runs_debug_mode():
     from stoker.pipeline.experimental import pipeline_def as exp_def
 
-    with pytest.raises(NotImplementedError, match="stoker.dynamic"):
-        exp_def(batch_size=1, debug=True)(lambda: types.Constant([1]))
-    p = exp_def(lambda: types.Constant([1]), batch_size=1, num_threads=1, device_id=None)
-    with pytest.raises(NotImplementedError, match="debug"):
-        p(debug=True)
+    p = exp_def(lambda: types.Constant([1, 2]), batch_size=1, num_threads=1, device_id=None)
+    (out,) = p(debug=True).run()
+    np.testing.assert_array_equal(np.asarray(out[0]), [1, 2])
 
 
 def test_dali_has_the_experimental_names_we_mirror():

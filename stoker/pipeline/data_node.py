@@ -249,6 +249,10 @@ class GraphRecorder:
     def __exit__(self, *exc):
         _tls.recorder = self._prev
 
+    def add(self, node: OpNode) -> None:
+        """Record ``node`` (debug mode's recorder also runs it here and swaps its outputs)."""
+        self.nodes.append(node)
+
 
 _INTERNAL_DEVICES = {"cpu_from_gpu": "cpu"}
 
@@ -304,7 +308,7 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     node.outputs = [DataNode(node, i, out_device) for i in range(n_out)]
     rec = _current_graph_recorder()
     if rec is not None:
-        rec.nodes.append(node)
+        rec.add(node)
     names = getattr(schema, "output_names", None)  # readers.tfrecord: a dict keyed by feature name
     if names is not None and names(static) is not None:
         return dict(zip(names(static), node.outputs))

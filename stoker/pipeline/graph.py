@@ -9,6 +9,25 @@ from stoker.random_state import mix_seed
 _DEVICE_COPIES = ("_to_gpu", "_to_cpu")  # what .gpu() and .cpu() insert
 
 
+def operator_seed(pipeline_seed: int, args: dict, k: int) -> int:
+    """The seed of the ``k``-th operator a definition created (device copies not counted), or
+    the one its own ``seed`` argument gives."""
+    own = args.get("seed")
+    return mix_seed(pipeline_seed, k) if own is None or own < 0 else mix_seed(own, 0x0505)
+
+
+def counts_in_seed_order(node: OpNode) -> bool:
+    """Whether ``node`` takes a place in the creation order of seeds: copies between devices do
+    not, so moving operators to the GPU with .gpu() keeps every random operator's stream."""
+    return node.op_name not in _DEVICE_COPIES
+
+
+def make_instance(node: OpNode, op_seed: int):
+    """The operator object that runs ``node``."""
+    return node.op_class(node.args, node.device, op_seed=op_seed, origin=node.origin,
+                         name=node.args.get("name") or node.op_name)
+
+
 class Graph:
     """Operators reachable from ``outputs`` (plus ``preserve=True`` ones), topologically ordered.
 
@@ -61,18 +80,17 @@ class Graph:
                                              "argument inputs must come from CPU operators")
 
         # Operator seeds follow creation order, so the same definition gives the same streams.
-        # Copies between devices take no place in that order: moving a pipeline's operators to
-        # the GPU with .gpu() keeps every random operator's stream (and so its results).
+        # Every operator the definition created counts, used or not: debug mode runs them all
+        # as they are called, before it can know which ones the outputs need, and must give
+        # each the seed it has here (stoker.pipeline.debug).
         creation = sorted(order, key=lambda n: n.id)
+        counted = sorted({n.id: n for n in [*order, *recorded]}.values(), key=lambda n: n.id)
         self.instances = {}
         k = 0
-        for node in creation:
-            op_seed = node.args.get("seed")
-            op_seed = mix_seed(seed, k) if op_seed is None or op_seed < 0 else mix_seed(op_seed, 0x0505)
-            k += node.op_name not in _DEVICE_COPIES
-            cls = node.op_class
-            self.instances[node.id] = cls(node.args, node.device, op_seed=op_seed, origin=node.origin,
-                                          name=node.args.get("name") or node.op_name)
+        for node in counted:
+            if node.id in seen:
+                self.instances[node.id] = make_instance(node, operator_seed(seed, node.args, k))
+            k += counts_in_seed_order(node)
         self.source_nodes = [n for n in creation if hasattr(self.instances[n.id], "advance")]
 
     # --- lookups --------------------------------------------------------

@@ -19,6 +19,7 @@ from stoker.pipeline import executor as executor_module
 from stoker.pipeline.data_node import DataNode, GraphRecorder
 from stoker.pipeline.executor import Executor
 from stoker.pipeline.graph import Graph
+from stoker.pipeline.pipeline_extras import PipelineExtras
 
 _current = threading.local()
 # Built pipelines not closed yet, and the threads closing the ones garbage collected (__del__):
@@ -64,7 +65,7 @@ def _parse_prefetch(depth) -> tuple[int, int]:
     return depth, depth
 
 
-class Pipeline:
+class Pipeline(PipelineExtras):
     """A data pipeline: a graph of operators run batch by batch.
 
     Arguments follow DALI's ``Pipeline``; all of DALI's are accepted. Those that
@@ -91,7 +92,17 @@ class Pipeline:
     ``checkpoint``: the text of :meth:`checkpoint` (or its dict). It must come from this pipeline
     (same seed, readers, data sets and stoker version: its fingerprint) or the build raises a
     CheckpointError saying what differs; without ``seed``, the checkpoint's seed is used.
+
+    ``debug=True``: the definition runs again at every ``run()``, one operator at a time on real
+    batches, with graph mode's results (:mod:`stoker.pipeline.debug`).
     """
+
+    def __new__(cls, *args, debug=False, **kwargs):
+        if debug:
+            from stoker.pipeline.debug import debug_class
+
+            cls = debug_class(cls)
+        return super().__new__(cls)
 
     def __init__(self, batch_size=None, num_threads=None, device_id=None, seed=None, exec_pipelined=True,
                  prefetch_queue_depth=2, exec_async=True, bytes_per_sample=0, set_affinity=False,
@@ -99,7 +110,7 @@ class Pipeline:
                  enable_checkpointing=False, checkpoint=None, py_num_workers=1, py_start_method="fork",
                  py_callback_pickler=None, output_dtype=None, output_ndim=None, output_layout=None,
                  exec_dynamic=None, experimental_exec_dynamic=None, stream_policy=None, concurrency=None,
-                 on_error="raise", max_pixels=None):
+                 on_error="raise", max_pixels=None, debug=False):
         if batch_size is None or batch_size == -1:
             batch_size = -1
         elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -249,13 +260,8 @@ class Pipeline:
             return
         if self._batch_size < 1:
             raise PipelineBuildError("Pipeline: batch_size must be given (a positive int)")
-        if self._outputs is None:
-            with self:
-                outs = self.define_graph()
-            if not isinstance(outs, (list, tuple)):
-                outs = [outs]
-            self.set_outputs(*outs)
-        graph = Graph(self._outputs, self._recorded, self._seed)
+        self._trace()
+        graph = self.__dict__.pop("_early_graph", None) or Graph(self._outputs, self._recorded, self._seed)
         if graph.gpu_nodes:
             self._gpu = self._open_gpu(graph)
         for node in graph.nodes:
@@ -306,7 +312,7 @@ class Pipeline:
             raise StokerError(f"feed_input: {e.args[0]}") from None
         if not hasattr(inst, "feed"):
             raise StokerError(f"feed_input: operator {name!r} is not an external source")
-        self._fed.setdefault(name, deque()).append(inst.feed(data, layout))
+        self._fed.setdefault(name, deque()).append(inst.feed(data, layout, cuda_stream))
 
     def _fed_only_sources(self) -> list[str]:
         return [n.instance_name for n in self._graph.source_nodes
@@ -544,10 +550,6 @@ class Pipeline:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    # DALI API not applicable to stoker's design
-    def serialize(self, *args, **kwargs):
-        raise NotImplementedError("serialize: stoker pipelines are Python; rebuild them from their definition")
-
 
 def pipeline_def(fn=None, *, enable_conditionals: bool = False, **pipeline_kwargs):
     """Decorator: turn a graph-defining function into a pipeline factory.
@@ -580,6 +582,9 @@ def pipeline_def(fn=None, *, enable_conditionals: bool = False, **pipeline_kwarg
                 else:
                     fn_kw[k] = v
             pipe = Pipeline(**pipe_kw)
+            if pipe_kw.get("debug"):  # run at every run() instead of traced once
+                pipe._debug_fn = functools.partial(func, *args, **fn_kw)
+                return pipe
             with pipe:
                 outs = func(*args, **fn_kw)
             if outs is None:

@@ -17,6 +17,10 @@ restart silently, "raise" stop and restart after ``reset()``.
 an argument, in ``py_num_workers`` processes that compute the next
 ``prefetch_queue_depth`` batches ahead; the batches are the same as with
 ``parallel=False``. Iterables and generator functions run in this process.
+
+``device="gpu"`` takes device arrays (CuPy, torch CUDA, ``__cuda_array_interface__``,
+DLPack) straight into the GPU stage and uploads host arrays once per batch
+(:mod:`stoker.operators.readers._external_gpu`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import PipelineBuildError
 from stoker.operators.base import Operator
-from stoker.operators.readers import _py_workers
+from stoker.operators.readers import _external_gpu, _py_workers
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import TensorCPU, TensorListCPU, to_numpy
 
@@ -82,7 +86,9 @@ class ExternalSource(Operator):
                                                 "an error (DALI's blocking=False); stoker never waits for "
                                                 "feed_input, as the data is fed before run()"),
             Arg("repeat_last", "bool", False, doc="reuse the last fed batch when nothing new was fed"),
-            Arg("cuda_stream", "any", None, doc="accepted for compatibility"),
+            Arg("cuda_stream", "any", None, doc="device='gpu': the stream the source's device arrays are made on "
+                                                "(a handle, CuPy or torch stream); default the legacy default "
+                                                "stream"),
             Arg("use_copy_kernel", "bool", None, doc="accepted for compatibility"),
         ],
         inputs=(0, 0),
@@ -99,9 +105,8 @@ class ExternalSource(Operator):
     def setup(self):
         a = self.args
         self.label = "external_source" + (f" '{a['name']}'" if a.get("name") else "")
-        if self.device == "gpu":
-            raise self._build_error("device", "'gpu' is not supported yet; use the default device='cpu' and "
-                                    "call .gpu() on the output")
+        # device="gpu": device arrays stay on the device, host ones are uploaded per batch (_external_gpu)
+        self.on_device = self.device == "gpu"
         n = self.num_outputs
         if a["num_outputs"] is not None and a["num_outputs"] < 1:
             raise self._build_error("num_outputs", f"must be at least 1, got {a['num_outputs']}")
@@ -167,7 +172,12 @@ class ExternalSource(Operator):
     def bind_pipeline(self, pipe) -> None:
         """Called at build: the batch size and the worker settings of the pipeline."""
         self.max_batch_size = pipe.batch_size
-        if self.parallel and self.kind == "call1":
+        self.start_workers(pipe)
+
+    def start_workers(self, pipe) -> None:
+        """Start the worker processes of parallel mode, once (``Pipeline.start_py_workers`` calls
+        this before the build, which then finds them started)."""
+        if self.parallel and self.kind == "call1" and self._pool is None:
             self._pool = _py_workers.WorkerPool(self.args["source"], pipe.py_num_workers, pipe.py_start_method)
             try:
                 self._pool.start()
@@ -180,13 +190,16 @@ class ExternalSource(Operator):
                     "'forkserver' the source must be picklable (a module-level function or object)") from e
 
     # --- feeding -------------------------------------------------------------------
-    def feed(self, data, layout=None):
-        """Normalize data given to feed_input / run(name=...) into one list of samples per output."""
+    def feed(self, data, layout=None, cuda_stream=None):
+        """Normalize data given to feed_input / run(name=...) into one list of samples per output
+        (``cuda_stream``: where fed device arrays were made, for device='gpu')."""
         if self.kind != "feed":
             raise PipelineBuildError(f"{self.label}: feed_input cannot be used with an external_source that "
                                      "has a source; remove source= to feed data")
         batches = self._split_outputs(data)
         out = [self._as_samples(b, k) for k, b in enumerate(batches)]
+        if self.on_device:
+            _external_gpu.mark_ready(out, cuda_stream if cuda_stream is not None else self.args["cuda_stream"])
         if layout:
             out = (out, layout)
         if self.args["repeat_last"]:
@@ -213,6 +226,8 @@ class ExternalSource(Operator):
         layout = None
         if isinstance(outs, tuple):
             outs, layout = outs
+        elif self.on_device and self.kind != "feed":  # (fed data was marked by feed())
+            _external_gpu.mark_ready(outs, self.args["cuda_stream"])
         self.iteration += 1
         sizes = {len(o) for o in outs}
         if len(sizes) != 1:
@@ -280,7 +295,7 @@ class ExternalSource(Operator):
                     raise TypeError(f"{self.label}: with num_outputs={n} each sample must be a tuple of {n} "
                                     f"arrays, got {type(s).__name__}")
             per_output = [[s[k] for s in samples] for k in range(n)]
-        return [[self._as_sample(x, k) for x in lst] for k, lst in enumerate(per_output)]
+        return [self._on_device([self._as_sample(x, k) for x in lst]) for k, lst in enumerate(per_output)]
 
     def _advance_parallel(self, n: int) -> list:
         depth = max(1, self.args["prefetch_queue_depth"])
@@ -335,7 +350,12 @@ class ExternalSource(Operator):
         return list(data)
 
     def _as_samples(self, batch, k: int) -> list:
-        """One output's batch (list of samples, dense array, torch tensor, TensorList) as NumPy samples."""
+        """One output's batch (list of samples, dense array, torch tensor, TensorList) as NumPy samples
+        (device='gpu': device data as device arrays)."""
+        if self.on_device:
+            on_gpu = _external_gpu.device_batch(batch)
+            if on_gpu is not None:
+                return self._check(on_gpu, k)
         if isinstance(batch, TensorListCPU):
             samples = list(batch.samples())
         elif hasattr(batch, "as_cpu") and hasattr(batch, "samples"):  # TensorListGPU
@@ -355,9 +375,19 @@ class ExternalSource(Operator):
                 raise TypeError(f"{self.label}: output {k}: a batch needs a leading sample dimension, got a "
                                 "0-d array (use batch=False for a per-sample source)")
             samples = list(dense)
-        return self._check([self._as_sample(s, k) for s in samples], k)
+        return self._check(self._on_device([self._as_sample(s, k) for s in samples]), k)
+
+    def _on_device(self, samples: list) -> list:
+        """device='gpu': a list holding device arrays becomes DeviceSamples (run_gpu keeps them there)."""
+        if self.on_device and any(isinstance(s, _external_gpu.cupy_ndarray()) for s in samples):
+            return _external_gpu.DeviceSamples(samples)
+        return samples
 
     def _as_sample(self, x, k: int) -> np.ndarray:
+        if self.on_device and (not isinstance(x, np.ndarray) or isinstance(x, _external_gpu.cupy_ndarray())):
+            arr = _external_gpu.device_array(x)
+            if arr is not None:
+                return arr  # (copied on the device at run time unless no_copy)
         if isinstance(x, np.ndarray):
             arr = x
         elif isinstance(x, TensorCPU) or isinstance(x, (np.generic, int, float, bool)):
@@ -402,12 +432,21 @@ class ExternalSource(Operator):
         return samples
 
     # --- running ---------------------------------------------------------------------------
-    def run_cpu(self, batch, inputs, arg_inputs):
-        outs, layout = batch.prepared
+    def _layouts_for(self, layout, n: int) -> list[str]:
         layouts = list(self.layouts)
         if layout:
-            layouts = [layout] * len(outs) if isinstance(layout, str) else list(layout)
-        return [TensorListCPU(samples, layouts[k] if k < len(layouts) else "") for k, samples in enumerate(outs)]
+            layouts = [layout] * n if isinstance(layout, str) else list(layout)
+        return [layouts[k] if k < len(layouts) else "" for k in range(n)]
+
+    def run_cpu(self, batch, inputs, arg_inputs):
+        outs, layout = batch.prepared
+        return [TensorListCPU(samples, lay) for samples, lay in zip(outs, self._layouts_for(layout, len(outs)))]
+
+    def run_gpu(self, batch, inputs, arg_inputs):
+        outs, layout = batch.prepared
+        copy = not self.args["no_copy"]
+        return [_external_gpu.to_device(samples, lay, batch, copy)
+                for samples, lay in zip(outs, self._layouts_for(layout, len(outs)))]
 
     def output_layouts(self, input_layouts):
         return list(self.layouts)

@@ -330,7 +330,7 @@ def test_too_many_samples_and_build_errors():
         make("stoker", lambda: [np.zeros(1)] * 3).run()
     for kwargs, arg in [({"source": lambda: 1, "cycle": True}, "cycle"), ({"cycle": "sometimes"}, "cycle"),
                         ({"source": iter([1]), "cycle": "raise"}, "cycle"), ({"source": 5}, "source"),
-                        ({"source": lambda: 1, "parallel": True}, "parallel"), ({"device": "gpu"}, "device")]:
+                        ({"source": lambda: 1, "parallel": True}, "parallel")]:
         @pipeline_def(batch_size=BS, num_threads=1, device_id=None)
         def p(kw=kwargs):
             return fn.external_source(**kw)
