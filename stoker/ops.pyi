@@ -602,7 +602,7 @@ class ExternalSource(LegacyOperator):
       prefetch_queue_depth (int, default 1): batches computed ahead in parallel mode
       blocking (bool, default False): accepted for compatibility: an iteration with nothing fed is an error (DALI's blocking=False); stoker never waits for feed_input, as the data is fed before run()
       repeat_last (bool, default False): reuse the last fed batch when nothing new was fed
-      cuda_stream (any, default None): accepted for compatibility
+      cuda_stream (any, default None): device='gpu': the stream the source's device arrays are made on (a handle, CuPy or torch stream); default the legacy default stream
       use_copy_kernel (bool, default None): accepted for compatibility"""
     def __init__(self, *, source: Any = ..., num_outputs: Any = ..., batch: Any = ..., batch_info: Any = ..., cycle: Any = ..., layout: Any = ..., dtype: Any = ..., ndim: Any = ..., no_copy: Any = ..., parallel: Any = ..., prefetch_queue_depth: Any = ..., blocking: Any = ..., repeat_last: Any = ..., cuda_stream: Any = ..., use_copy_kernel: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> None: ...
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any: ...

@@ -396,7 +396,7 @@ def external_source(*inputs: Any, source: Any = ..., num_outputs: Any = ..., bat
       prefetch_queue_depth (int, default 1): batches computed ahead in parallel mode
       blocking (bool, default False): accepted for compatibility: an iteration with nothing fed is an error (DALI's blocking=False); stoker never waits for feed_input, as the data is fed before run()
       repeat_last (bool, default False): reuse the last fed batch when nothing new was fed
-      cuda_stream (any, default None): accepted for compatibility
+      cuda_stream (any, default None): device='gpu': the stream the source's device arrays are made on (a handle, CuPy or torch stream); default the legacy default stream
       use_copy_kernel (bool, default None): accepted for compatibility"""
 
 def flip(*inputs: Any, horizontal: Any = ..., vertical: Any = ..., depthwise: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
