@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from stoker import settings
-from stoker.errors import CheckpointError, PipelineBuildError, printable
+from stoker.errors import printable
 from stoker.operators.base import Reader
 from stoker.operators.readers import _storage
+from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._io_worker import ReadWorker
 from stoker.operators.readers._listing import (
     DEFAULT_FILE_FILTERS,
@@ -77,7 +77,7 @@ READER_ARGS = (
 
 
 @register
-class FileReader(Reader):
+class FileReader(IndexedReader):
     """Reads whole files and their labels (``fn.readers.file`` / ``ops.readers.File`` / ``ops.FileReader``)."""
 
     schema = Schema(
@@ -102,11 +102,8 @@ class FileReader(Reader):
     )
 
     def setup(self):
+        super().setup()  # shards, shuffling and the listing state (IndexedReader)
         a = self.args
-        if a["num_shards"] < 1:
-            raise self._arg_error("num_shards", f"must be at least 1, got {a['num_shards']}")
-        if not 0 <= a["shard_id"] < a["num_shards"]:
-            raise self._arg_error("shard_id", f"must be in [0, num_shards={a['num_shards']}), got {a['shard_id']}")
         if a["files"] is not None and a["file_list"] is not None:
             raise self._arg_error("files", "give either files or file_list, not both")
         if a["files"] is None and a["file_list"] is None and a["file_root"] is None:
@@ -116,27 +113,12 @@ class FileReader(Reader):
                 raise self._arg_error("labels", "is used only together with files")
             if len(a["labels"]) != len(a["files"]):
                 raise self._arg_error("labels", f"has {len(a['labels'])} labels for {len(a['files'])} files")
-        if a["shuffle_after_epoch"] and a["random_shuffle"]:
-            raise self._arg_error("shuffle_after_epoch", "cannot be combined with random_shuffle")
-        if a["shuffle_after_epoch"] and a["stick_to_shard"]:
-            raise self._arg_error("shuffle_after_epoch", "cannot be combined with stick_to_shard")
-        self._batch_size = 1
-        self._order: ShardedOrder | None = None
         self._broken: dict[int, str] = {}
-        self._pending_state: dict | None = None
-        self._list_lock = threading.Lock()  # lazy_init: reader_meta() and the executor may list at once
         self._use_worker = False  # read through the I/O helper process (see _io_worker)
         self._worker = None
         self._worker_thread = None  # waits on the helper for the next batch's files
         self._pending_read = None  # (paths, future) of the batch read ahead
         self._remote = False  # some files are URLs: read with _storage.read_many, never by the helper
-
-    def _label(self) -> str:
-        return "readers.file" + (f" '{self.args['name']}'" if self.args.get("name") else "")
-
-    def _arg_error(self, arg: str, message: str) -> PipelineBuildError:
-        where = f"\n  operator created at {self.origin}" if self.origin else ""
-        return PipelineBuildError(f"{self._label()}: argument '{arg}': {message}{where}")
 
     def bind_pipeline(self, pipe) -> None:
         self._batch_size = max(1, pipe.batch_size)
@@ -150,14 +132,6 @@ class FileReader(Reader):
             # The I/O helper process starts now, at build, so that its start-up runs beside the
             # rest of the build (CuPy, the decoders) instead of in front of the first batch.
             self._io()
-
-    def _ensure_listed(self) -> ShardedOrder:
-        if self._order is not None:
-            return self._order
-        with self._list_lock:
-            if self._order is None:
-                self._list()
-        return self._order
 
     def _list(self) -> None:
         a = self.args
@@ -234,15 +208,6 @@ class FileReader(Reader):
         given = [a["file_root"], a["file_list"], *(a["files"] or ())]
         return any(p is not None and _storage.is_remote(p) for p in given)
 
-    # --- Reader contract -------------------------------------------------------
-    def epoch_size(self, padded: bool = False) -> int:
-        order = self._ensure_listed()
-        return order.epoch_size_padded() if padded else order.n
-
-    def next_refs(self, n: int) -> list:
-        order = self._ensure_listed()
-        return [i for i, _ in order.take(n)]
-
     def load(self, ref) -> tuple:
         path = self.full_paths[ref]
         if ref in self._broken:  # found unreadable when listed: fails like a corrupt file
@@ -273,7 +238,7 @@ class FileReader(Reader):
             return self._run_remote(batch)
         worker = self._io()
         if worker is None:
-            return super().run_cpu(batch, inputs, arg_inputs)
+            return Reader.run_cpu(self, batch, inputs, arg_inputs)  # (file by file on the pool)
         refs = batch.prepared
         paths = [self.full_paths[r] for r in refs]
         batch.sources = [self.paths[r] for r in refs]
@@ -287,7 +252,7 @@ class FileReader(Reader):
             _log.warning("readers.file: the I/O helper process failed (%s); reading in this process", e)
             self.close()
             self._use_worker = False
-            return super().run_cpu(batch, inputs, arg_inputs)
+            return Reader.run_cpu(self, batch, inputs, arg_inputs)  # (file by file on the pool)
         self._read_ahead(len(refs), self._worker.read)
         return self._assemble(batch, refs, paths, samples, errors, hints, located)
 
@@ -367,29 +332,6 @@ class FileReader(Reader):
 
     def output_layouts(self, input_layouts):
         return ["", ""]
-
-    def meta(self) -> dict:
-        order = self._ensure_listed()
-        a = self.args
-        return {"epoch_size": order.n, "epoch_size_padded": order.epoch_size_padded(),
-                "number_of_shards": a["num_shards"], "shard_id": a["shard_id"],
-                "pad_last_batch": int(a["pad_last_batch"]), "stick_to_shard": int(a["stick_to_shard"])}
-
-    def state(self) -> dict:
-        if self._order is None:
-            return dict(self._pending_state or {"epoch": 0, "position": 0, "shard": self.args["shard_id"]})
-        return self._order.state()
-
-    def set_state(self, state: dict) -> None:
-        if self._order is None:
-            self._pending_state = dict(state)
-            return
-        try:
-            self._order.set_state(state)
-        except (KeyError, TypeError, ValueError) as e:
-            what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
-            raise CheckpointError(f"readers.file '{self.instance_name}': cannot restore the checkpoint: {what}") \
-                from None
 
     def fingerprint(self) -> dict:
         """What a checkpoint's position means for this reader: the data set's size and a hash of
