@@ -122,8 +122,9 @@ def script_and_data(tmp_path_factory):
 def _run(script: str, data: str, mode: str, threads: int, processes: str):
     """Run one case; returns (exit code, stdout, stderr, helper pids the script had)."""
     env = dict(os.environ, PYTHONPATH=STOKER_ROOT, STOKER_CPU_PROCESSES=processes)
-    if not mode.startswith("torch"):  # resize with Pillow: no torch to import (4 s here), in script or workers
-        env["STOKER_TORCH_RESIZE"] = "0"
+    # The torch modes also resize through torch's kernel (an opt-in), so that an exit inside it is
+    # covered; the others resize with Pillow (the default): no torch to import in script or workers.
+    env["STOKER_TORCH_RESIZE"] = "1" if mode.startswith("torch") else "0"
     proc = subprocess.Popen([sys.executable, script, mode, str(threads), data], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     head = ""

@@ -11,13 +11,14 @@ outputs round half up and saturate.
 
 Paths, fastest first (all follow the model above):
   * NN: integer gathers.
-  * whole 8-bit images, triangle filter, shrinking: torch's SIMD resampler
-    when torch is installed (:mod:`stoker.operators.image.resample_torch`,
-    ~4x faster than Pillow), its edge rows and columns recomputed with
-    clamped taps; plain upscales: OpenCV's bilinear (the same filter).
-  * 8-bit, triangle filter, one axis whole and the other a fractional region
-    (``resize_shorter``'s sub-pixel scale): torch on the whole axis, then
-    Pillow on the other axis only.
+  * only with ``STOKER_TORCH_RESIZE=1`` (off by default, so that the pixels do
+    not depend on whether torch is installed): whole 8-bit images, triangle
+    filter, shrinking, through torch's SIMD resampler
+    (:mod:`stoker.operators.image.resample_torch`, 1.4-2.8x faster than
+    Pillow), its edge rows and columns recomputed with clamped taps; and for
+    8-bit regions with one axis whole (``resize_shorter``'s sub-pixel scale),
+    torch on the whole axis, then Pillow on the other axis only.
+  * plain 8-bit upscales with the triangle filter: OpenCV's bilinear (the same filter).
   * 2D images (also per frame) with the triangle, cubic or Lanczos filter:
     Pillow's convolution resampler (the same filters; GIL released) on an
     edge-padded cut of the source, so that its border handling equals edge

@@ -14,9 +14,11 @@ differ (usually the first and the last of each axis), so those are
 recomputed here with DALI's weights; the result is then within one level of
 DALI's everywhere, as the Pillow path is.
 
-torch is an optional extra (a JAX user need not install it): without it,
-:mod:`stoker.operators.image.resample` uses Pillow, with the same results up
-to rounding. ``STOKER_TORCH_RESIZE=0`` turns this path off. torch is imported
+This path is an opt-in (``STOKER_TORCH_RESIZE=1``): its 8-bit rounding differs
+from Pillow's by up to 2 levels on a few percent of values, and a pipeline's
+pixels must not change with what happens to be installed. By default
+:mod:`stoker.operators.image.resample` uses Pillow whether or not torch is
+there (a JAX user need not install it). With the opt-in, torch is imported
 when the first resize needs it (about 2 s if the program has not imported it
 already), never in the background, so the path taken does not depend on
 timing.

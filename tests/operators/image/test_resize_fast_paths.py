@@ -1,10 +1,13 @@
 """The CPU fast paths of resize (torch's 8-bit kernel with the edge fix-up, torch + Pillow for
-sub-pixel regions) and of crop_mirror_normalize (OpenCV planes) against exact references."""
+sub-pixel regions: an opt-in, ``STOKER_TORCH_RESIZE=1``) and of crop_mirror_normalize (OpenCV
+planes) against exact references."""
+
+import importlib.util
 
 import numpy as np
 import pytest
 
-from stoker import types
+from stoker import settings, types
 from stoker.operators.image import resample as rs
 from stoker.operators.image import resample_torch
 from stoker.operators.image.geometry import resize_plan
@@ -12,7 +15,29 @@ from stoker.operators.image.geometry import resize_plan
 LIN = types.INTERP_LINEAR
 U8 = np.dtype(np.uint8)
 
-needs_torch = pytest.mark.skipif(not resample_torch.available(), reason="torch is not installed")
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.fixture
+def torch_resize():
+    """The torch path switched on (it is off by default), its cached availability reset."""
+    resample_torch._state.clear()
+    with settings.override(torch_resize=True):
+        assert resample_torch.available()
+        yield
+    resample_torch._state.clear()
+
+
+needs_torch = pytest.mark.skipif(not _HAS_TORCH, reason="torch is not installed")
+
+
+def test_the_torch_path_is_off_by_default():
+    """Results must not depend on whether torch is installed: the default never takes it."""
+    resample_torch._state.clear()
+    assert settings.get().torch_resize is False
+    assert not resample_torch.available()
+    img = np.random.default_rng(1).integers(0, 256, (60, 80, 3), np.uint8)
+    assert rs._torch_path(img, [0, 1], (30, 40), [0.0, 0.0], [60.0, 80.0], [LIN, LIN], True, U8) is None
 
 
 def _exact(img, out_size, lo, hi):
@@ -26,6 +51,7 @@ def _diff(a, b):
 
 
 @needs_torch
+@pytest.mark.usefixtures("torch_resize")
 @pytest.mark.parametrize("shape,out", [
     ((61, 83, 3), (30, 41)), ((316, 300, 3), (224, 224)), ((101, 9, 3), (40, 60)), ((37, 5), (20, 3)),
     ((500, 375, 4), (100, 300)), ((300, 40, 3), (224, 224)), ((53, 37, 1), (20, 20)), ((2, 999, 3), (1, 224)),
@@ -40,6 +66,7 @@ def test_torch_path_matches_exact_weights(shape, out):
 
 
 @needs_torch
+@pytest.mark.usefixtures("torch_resize")
 def test_torch_path_edges_repeat_the_border_pixel():
     """A bright first column must not be renormalized away: DALI repeats it past the edge."""
     img = np.zeros((40, 50, 3), np.uint8)
@@ -50,6 +77,7 @@ def test_torch_path_edges_repeat_the_border_pixel():
 
 
 @needs_torch
+@pytest.mark.usefixtures("torch_resize")
 @pytest.mark.parametrize("shape", [(457, 471, 3), (471, 457, 3), (375, 500, 3), (61, 83, 1), (300, 41, 3)])
 def test_subpixel_region_uses_torch_then_pillow(shape):
     """resize_shorter gives one whole axis and one fractional region: still within one level."""
@@ -62,6 +90,7 @@ def test_subpixel_region_uses_torch_then_pillow(shape):
 
 
 @needs_torch
+@pytest.mark.usefixtures("torch_resize")
 def test_without_torch_the_pillow_path_gives_the_same_pixels(monkeypatch):
     img = np.random.default_rng(5).integers(0, 256, (120, 90, 3), np.uint8)
     args = dict(min_filter=LIN, mag_filter=LIN, antialias=True)
@@ -106,6 +135,7 @@ def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype, run_stoker):
 
 
 @needs_torch
+@pytest.mark.usefixtures("torch_resize")
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", [dict(resize_x=224, resize_y=224), dict(resize_shorter=256), dict(size=(100, 333))])
 def test_training_sizes_match_dali(case, run_stoker, run_dali):
