@@ -49,7 +49,24 @@ def _forget_after_fork() -> None:
     _closing_threads.clear()
 
 
+def _close_first_at_exit() -> None:
+    """Make :func:`_close_at_exit` the last atexit handler registered, so that it runs first.
+
+    atexit runs its handlers last-registered-first, and libraries imported after stoker register
+    theirs later: CuPy's, for one, tears down state (FFT plans, memory pools) that a stage thread
+    may still be using, which crashed a GPU audio pipeline at exit with SIGSEGV. This runs in
+    ``threading``'s shutdown step, after every import and before any atexit handler."""
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)
+
+
 atexit.register(_close_at_exit)
+# (a private hook of the threading module, the one concurrent.futures uses for its workers)
+if callable(getattr(threading, "_register_atexit", None)):
+    try:
+        threading._register_atexit(_close_first_at_exit)
+    except RuntimeError:  # stoker imported while the interpreter shuts down: atexit order as is
+        pass
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 

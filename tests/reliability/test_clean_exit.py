@@ -198,3 +198,45 @@ def test_getting_started_script_exits_cleanly(script_and_data):
     shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert not failures, f"{len(failures)} of {len(runs)} runs did not end cleanly:\n" + "\n".join(failures)
     assert shm_after <= shm_before, f"shared memory left in /dev/shm: {sorted(shm_after - shm_before)}"
+
+
+LATE_HANDLER_SCRIPT = r'''
+import atexit, sys
+import numpy as np
+import stoker.fn as fn
+from stoker import pipeline_def
+
+
+@pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=1)
+def pipe():
+    return fn.random.uniform(range=(0.0, 1.0), shape=(8,))
+
+
+p = pipe()
+p.build()
+p.run()
+import json  # a library imported after stoker registers its own handler later (CuPy does)
+
+
+def library_teardown():
+    # What a library's teardown would free must no longer be in use by the pipeline's threads.
+    ex = p._executor
+    print("TEARDOWN closed=%s" % (ex is None or ex._closed), flush=True)
+
+
+atexit.register(library_teardown)
+print("RAN", flush=True)
+'''
+
+
+def test_pipelines_close_before_atexit_handlers_registered_after_stoker(tmp_path):
+    """atexit runs the last-registered handler first: a library imported after stoker (CuPy)
+    would tear down its state while a stage thread still uses it. stoker's exit hook moves itself
+    to the front at interpreter shutdown, so the pipeline is closed before such a handler runs."""
+    script = tmp_path / "late_handler.py"
+    script.write_text(LATE_HANDLER_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=STOKER_ROOT, STOKER_CPU_PROCESSES="0")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "RAN" in done.stdout
+    assert "TEARDOWN closed=True" in done.stdout, done.stdout
