@@ -357,6 +357,22 @@ class _experimental:
               affine (bool, default True): accepted for compatibility (thread pinning)
               build_index (bool, default True): accepted for compatibility (stoker always indexes by demuxing)"""
     decoders: _decoders
+    class _inputs:
+        @staticmethod
+        def video(*inputs: Any, sequence_length: Any = ..., last_sequence_policy: Any = ..., affine: Any = ..., blocking: Any = ..., no_copy: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
+            """Streams fed encoded videos as batches of sequences (``fn.experimental.inputs.video``).
+
+            Streams and decodes videos fed with Pipeline.feed_input (encoded bytes, one video per sample; fed videos are queued): each iteration gives the next batch of sequences of sequence_length consecutive frames, (F, H, W, 3) uint8 RGB, layout 'FHWC', of the current video (a batch never mixes videos). The last sequence of a video is shorter ('partial') or padded with zero frames ('pad'). CPU decoding through PyAV (FFmpeg); 'mixed' copies the frames to the GPU.
+
+            Devices: cpu, mixed.
+
+            Arguments:
+              sequence_length (int, required): frames per sequence
+              last_sequence_policy (str, default 'partial'): the last sequence of a video: 'partial' (fewer frames) or 'pad' (zero frames added)
+              affine (bool, default True): accepted for compatibility (thread pinning of the mixed backend)
+              blocking (bool, default False): accepted for compatibility: stoker never waits for feed_input, running with no video left is an error
+              no_copy (bool, default False): keep the fed arrays instead of copying them (do not modify them until they are streamed)"""
+    inputs: _inputs
     @staticmethod
     def warp_perspective(*inputs: Any, matrix: Any = ..., inverse_map: Any = ..., size: Any = ..., fill_value: Any = ..., interp_type: Any = ..., border_mode: Any = ..., pixel_origin: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """DALI's name of ``warp_perspective``.

@@ -189,6 +189,64 @@ def decode_frames(source, info: ClipInfo, wanted, where: str, image_type=types.R
     return out
 
 
+class FrameStream:
+    """Decodes a clip's frames in presentation order, one run after the other (``read``), with one
+    open container and decoder: what streaming a long clip needs, where :func:`decode_frames` would
+    seek to the key frame before every run. A run that does not start where the last one stopped
+    seeks as :func:`decode_frames` does. Raises OSError naming ``where``; ``close`` releases the
+    container (a stream left open closes when collected)."""
+
+    def __init__(self, source, info: ClipInfo, where: str, image_type=types.RGB):
+        self.source, self.info, self.where, self.image_type = source, info, where, image_type
+        self._index_of = {int(t): k for k, t in enumerate(info.pts)}
+        self._c = self._frames = None
+        self.pos = -1  # the next frame ``read`` gives without seeking (-1: none yet)
+
+    def read(self, start: int, stop: int) -> list[np.ndarray]:
+        """Frames ``start`` to ``stop - 1`` (HWC uint8 each)."""
+        av = require_av()
+        if not 0 <= start < stop <= self.info.frames:
+            raise ValueError(f"video {self.where}: frames {start}..{stop - 1} asked of a clip of "
+                             f"{self.info.frames} frames")
+        out: dict[int, np.ndarray] = {}
+        try:
+            if self._frames is None or start != self.pos:
+                self._seek(av, start)
+            for frame in self._frames:
+                k = self._index_of.get(frame.pts if frame.pts is not None else -1)
+                if k is None or k < start:
+                    continue
+                if k < stop:
+                    out[k] = _to_array(frame, self.image_type)
+                if k >= stop - 1:
+                    break
+        except (av.FFmpegError, EOFError) as e:
+            self.close()
+            raise _fail(self.where, e) from None
+        missing = [k for k in range(start, stop) if k not in out]
+        if missing:
+            self.close()
+            raise OSError(f"cannot read video {self.where}: frame {missing[0]} of {self.info.frames} could not be "
+                          "decoded (the file may be truncated or corrupt)")
+        self.pos = stop
+        return [out[k] for k in range(start, stop)]
+
+    def _seek(self, av, start: int) -> None:
+        if self._c is None:
+            self._c = _open(av, self.source)
+        s = self._c.streams.video[0]
+        before = np.flatnonzero(self.info.key[: start + 1])
+        key = int(before[-1]) if before.size else 0
+        self._c.seek(int(self.info.pts[key]), stream=s, backward=True, any_frame=False)
+        self._frames = self._c.decode(s)
+
+    def close(self) -> None:
+        if self._c is not None:
+            self._c.close()
+        self._c = self._frames = None
+        self.pos = -1
+
+
 def stack(frames: list[np.ndarray], where: str) -> np.ndarray:
     """Frames of one clip as FHWC; frames of different sizes are a sample error."""
     first = frames[0].shape
