@@ -126,7 +126,8 @@ def hardware_eligible_hints(hints) -> np.ndarray:
     """:func:`hardware_eligible` for a whole batch from its frame hints (an (N, 6) array of
     :func:`stoker.backend.jpeg_header.frame_hint` rows, as the file reader's I/O process
     sends them): a boolean mask, with the same rule and no Python step per sample."""
-    h = np.asarray(hints, np.int64).reshape(-1, 6)
+    h = np.asarray(hints, np.int64)
+    h = h.reshape(-1, h.shape[-1] if h.ndim > 1 else 6)  # (6 columns, or 7 with the structure flag)
     return (np.isin(h[:, 0], _ENGINE_MARKERS) & (h[:, 1] == 8) & np.isin(h[:, 4], _ENGINE_COMPONENTS)
             & (h[:, 2] > 0) & (h[:, 3] > 0) & (h[:, 5] == 1))
 

@@ -199,6 +199,62 @@ def pnm_absurd_header() -> bytes:
     return b"P6\n99999999999999 1\n255\n" + bytes(64)
 
 
+# --- broken marker structure in the scan (what the mixed decoders' strict scan check finds) ------
+
+def jpeg_restart(h: int = 96, w: int = 128, seed: int = 11, **kw) -> bytes:
+    """A baseline JPEG with a restart marker after every MCU row (Pillow's restart_marker_rows)."""
+    return _pil("JPEG", _img(h, w, seed=seed), quality=90, restart_marker_rows=1, **kw)
+
+
+def _rst_positions(data: bytes) -> list[int]:
+    start = _scan_start(data)
+    return [i for i in range(start, len(data) - 1) if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+
+
+def jpeg_rst_swapped() -> bytes:
+    """The codes of the second and third RST markers exchanged (RST1 and RST2)."""
+    data = bytearray(jpeg_restart())
+    a, b = _rst_positions(bytes(data))[1:3]
+    data[a + 1], data[b + 1] = data[b + 1], data[a + 1]
+    return bytes(data)
+
+
+def jpeg_rst_removed() -> bytes:
+    """One RST marker (the fourth) cut out, with its two bytes: one marker too few."""
+    data = jpeg_restart()
+    at = _rst_positions(data)[3]
+    return data[:at] + data[at + 2:]
+
+
+def jpeg_restart_chunk_deleted() -> bytes:
+    """Everything from the middle of the second restart interval to the middle of the fourth
+    removed (bytes lost in transfer): the markers left are out of order and too few."""
+    data = jpeg_restart()
+    rst = _rst_positions(data)
+    return data[:(rst[0] + rst[1]) // 2] + data[(rst[2] + rst[3]) // 2:]
+
+
+def jpeg_marker_in_scan(code: int = 0xD8) -> bytes:
+    """A marker (a second SOI by default) written over two bytes in the middle of the scan."""
+    data = bytearray(jpeg_bytes(_img(160, 200, seed=12)))
+    start = _scan_start(bytes(data))
+    mid = (start + len(data) - 2) // 2
+    while data[mid - 1] == 0xFF or data[mid + 2] == 0x00:  # not inside an FF 00 pair
+        mid += 1
+    data[mid:mid + 2] = bytes([0xFF, code])
+    return bytes(data)
+
+
+def jpeg_without_eoi() -> bytes:
+    """A complete scan whose end-of-image marker was cut off (2 bytes short)."""
+    return jpeg_bytes(_img(seed=13))[:-2]
+
+
+# Broken marker structure: file name -> Case (the strict CPU decoder's message fragments). Kept
+# apart from BAD, whose cases the decoders' other tests iterate over.
+STRUCTURAL: dict[str, Case] = {}  # filled below, once Case exists
+
+
 # --- the cases ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -252,6 +308,16 @@ BAD: dict[str, Case] = {
     "gif_named.png": Case(gif, ("GIF is not supported",)),
     "pnm_absurd_header.pgm": Case(pnm_absurd_header, ("PNM",)),
 }
+
+
+STRUCTURAL.update({
+    "jpeg_rst_swapped.jpg": Case(jpeg_rst_swapped, ("corrupt JPEG data",)),
+    "jpeg_rst_removed.jpg": Case(jpeg_rst_removed, ("corrupt JPEG data",)),
+    "jpeg_restart_chunk_deleted.jpg": Case(jpeg_restart_chunk_deleted, ("corrupt JPEG data",)),
+    "jpeg_soi_in_scan.jpg": Case(jpeg_marker_in_scan, ("JPEG",)),
+    "jpeg_tem_in_scan.jpg": Case(lambda: jpeg_marker_in_scan(0x01), ("JPEG",)),
+    "jpeg_without_eoi.jpg": Case(jpeg_without_eoi, ("JPEG",)),
+})
 
 
 def write(folder: Path, names: list[str] | None = None, good: bool = True) -> dict[str, bytes]:

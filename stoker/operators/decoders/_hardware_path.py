@@ -43,6 +43,7 @@ from stoker.operators.decoders.mixed import (
     _header,
     _pair,
     _window,
+    strict_sound,
 )
 from stoker.operators.gpu_registry import flat_offsets
 
@@ -121,7 +122,9 @@ def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
     if over.any():
         sizes[over] = 0
         mask &= ~over
-    return heads, sizes, np.flatnonzero(mask).tolist()
+    # strict: JPEGs with a broken scan structure go to the CPU decoder, which names them (the
+    # engines decode them into garbage silently); they keep their size, decoded there
+    return heads, sizes, strict_sound(op, arrays, np.flatnonzero(mask).tolist(), hints)
 
 
 def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=None) -> dict:

@@ -69,7 +69,12 @@ DECODER_ARGS = (
             "the sample either way. The cropping decoders check the data they decode (down to the window's "
             "last row). On by default under every on_error policy: under 'raise' a corrupt file should stop "
             "the run with its name rather than train on garbage; False decodes what can be read, as DALI "
-            "does. The mixed decoder's GPU path (nvJPEG) does not honour it; its CPU fallback does"),
+            "does. device='mixed': the GPU decoders cannot report corrupt data, so each JPEG's marker "
+            "structure is checked first (no decoding: one pass over its bytes) and a file with a broken one "
+            "(truncated, markers damaged or out of place, restart markers missing, out of order or "
+            "miscounted, as bytes inserted or lost in a file with restart markers leave it) decodes on the "
+            "CPU, which refuses it; damage that keeps the structure intact (a bit flipped or bytes zeroed "
+            "inside Huffman data) is not caught there"),
 )
 
 _DEVICES = ("cpu", "mixed")

@@ -6,7 +6,10 @@ an H100 reading a batch of 256 files inside the process took 12-29 ms of the
 CPU stage, more than everything else in it. Here one request per batch goes to
 a small process (plain Python, only the standard library); it reads the files
 into one anonymous shared memory file and hands back its descriptor, which the
-pipeline maps once: samples are NumPy views of that mapping, with no copy.
+pipeline maps once: samples are NumPy views of that mapping, with no copy. With
+each batch it sends the files' JPEG frame hints and, from the second batch on,
+the result of the mixed decoders' structure check (the only step that imports
+NumPy here).
 
 This file is run as a script (``python -I -S _io_worker.py FD``), not imported as
 part of stoker in the helper process, so the helper starts in milliseconds and never
@@ -112,6 +115,30 @@ def _load_header_scan():
         return None
 
 
+def _load_structure_check():
+    """:func:`stoker.backend.jpeg_scan_check.scan_problem`, loaded by path as
+    :func:`_load_header_scan` loads its module. It runs here for the mixed decoders' ``strict``
+    mode: tens of microseconds a file in a process of its own rather than in the pipeline's, under
+    its GIL. It needs NumPy, which this helper (started without site-packages) imports from the
+    folder the pipeline's process named (``_STOKER_HELPER_NUMPY``: where its own NumPy lies). None
+    when it cannot be loaded (the decoders then check in the pipeline's process)."""
+    import importlib.util
+
+    where = os.environ.get("_STOKER_HELPER_NUMPY")
+    if where and where not in sys.path:
+        sys.path.append(where)
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "backend",
+                        "jpeg_scan_check.py")
+    try:
+        spec = importlib.util.spec_from_file_location("_stoker_jpeg_scan_check", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.scan_problem
+    except (OSError, ImportError, AttributeError, SyntaxError):
+        return None
+
+
 def _sizes_of(entries: list) -> tuple[list, dict]:
     """The byte count of each entry (a path: the whole file; (path, offset, size): that range) and
     the entries that cannot be read {position: reason}."""
@@ -159,12 +186,13 @@ def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict)
             os.close(fd)
 
 
-def _read_batch(entries: list, slots: _Slots, scan=None):
+def _read_batch(entries: list, slots: _Slots, scan=None, check=None):
     """Read ``entries`` (paths of whole files, or (path, offset, size) ranges) into one slot.
     Returns (slot id, fd to send or -1, capacity, offsets, sizes, errors by position, frame hints
     or None). ``scan`` (frame_hint) reads each file's JPEG frame header while its bytes are still
     in the cache: about 3 us a file here, in a process of its own, where the pipeline's process
-    would wait for its GIL."""
+    would wait for its GIL. ``check`` (scan_problem, with ``scan``): a seventh value per file, 1
+    where a JPEG's marker structure is broken (:mod:`stoker.backend.jpeg_scan_check`)."""
     sizes, errors = _sizes_of(entries)
     offsets, off = [], 0
     for s in sizes:
@@ -179,8 +207,15 @@ def _read_batch(entries: list, slots: _Slots, scan=None):
             import array
 
             hints = array.array("q")
+            width = 6 if check is None else 7
             for i, (o, s) in enumerate(zip(offsets, sizes)):
-                hints.extend(scan(view[o:o + s]) if i not in errors else (0,) * 6)
+                if i in errors:
+                    hints.extend((0,) * width)
+                    continue
+                row = scan(view[o:o + s])
+                hints.extend(row)
+                if check is not None:  # (only JPEGs: a row without a frame marker is all zero)
+                    hints.append(int(row[0] != 0 and check(view[o:o + s]) is not None))
             hints = hints.tobytes()
     finally:
         view.release()
@@ -190,18 +225,22 @@ def _read_batch(entries: list, slots: _Slots, scan=None):
 def _serve(sock: socket.socket) -> None:
     slots = _Slots()
     scan = _load_header_scan()
+    check, check_loaded = None, scan is None
     while True:
         try:
             entries, freed, want_hints = _recv_msg(sock)
         except EOFError:
             return
         slots.release(freed)
-        k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None)
+        k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None,
+                                                                 check if want_hints else None)
         if fd >= 0:
             socket.send_fds(sock, [b"F"], [fd])
         else:
             sock.sendall(b"N")
         _send_msg(sock, (k, capacity, offsets, sizes, errors, hints))
+        if not check_loaded:  # after the first batch, which NumPy's import must not delay
+            check, check_loaded = _load_structure_check(), True
 
 
 # --- the pipeline side -------------------------------------------------------------------------
@@ -320,7 +359,9 @@ class ReadWorker:
         import numpy as np
 
         self._np = np
-        self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)])
+        # (the helper's JPEG structure check imports NumPy from where this process has it)
+        env = dict(os.environ, _STOKER_HELPER_NUMPY=os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))))
+        self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)], env=env)
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}  # slot id -> this process's mapping of it
         self.freed: list[int] = []  # slots whose batch of samples has been garbage collected
@@ -333,7 +374,8 @@ class ReadWorker:
     def read(self, paths: list, scan_frames: bool = True):
         """(samples, errors, hints, located): 1D uint8 arrays (read-only views of a shared
         mapping; None where reading failed), {position: reason}, each file's JPEG frame hint as
-        an (N, 6) int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; None when the
+        an (N, 6) int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; (N, 7) with the
+        structure check's flag, see :func:`_read_batch`; None when the
         helper could not scan or ``scan_frames`` is false), and the samples' (addresses, byte sizes) as
         two uint64 arrays (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`).
         ``paths``: whole files, or (path, offset, size) byte ranges (a container's records). The
@@ -355,7 +397,7 @@ class ReadWorker:
         weakref.finalize(base, self._free, k)
         samples = [None if i in errors else base[o:o + s] for i, (o, s) in enumerate(zip(offsets, sizes))]
         if hints is not None:
-            hints = np.frombuffer(hints, np.int64).reshape(len(paths), 6)
+            hints = np.frombuffer(hints, np.int64).reshape(len(paths), -1)
         located = (np.asarray(offsets, np.uint64) + np.uint64(base.ctypes.data), np.asarray(sizes, np.uint64))
         return samples, errors, hints, located
 

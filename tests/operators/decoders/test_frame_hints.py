@@ -3,12 +3,14 @@ decoders' hardware path reads those instead of scanning in the pipeline's proces
 pick exactly the samples, and the sizes, that scanning each sample would (pure host logic)."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
 from decoder_helpers import make_images, pil_bytes, smooth_image
 
 from stoker.backend.jpeg_header import NO_FRAME, frame_hint
+from stoker.backend.jpeg_scan_check import scan_problem
 from stoker.backend.nvjpeg import hardware_eligible, hardware_eligible_hints
 from stoker.operators.decoders import _hardware_path
 
@@ -73,15 +75,45 @@ def test_the_io_process_sends_each_files_hint(tmp_path):
     paths.insert(3, str(tmp_path / "missing.jpg"))
     w = ReadWorker()
     try:
+        first = w.read(paths)[2]
         samples, errors, hints, _ = w.read(paths)
     finally:
         w.close()
+    # the structure check is loaded after the first batch (its NumPy import must not delay it)
+    assert first.shape == (len(paths), 6) and (first == hints[:, :6]).all()
     assert list(errors) == [3]
-    assert hints.shape == (len(paths), 6) and hints.dtype == np.int64
-    assert tuple(hints[3]) == NO_FRAME
+    # six frame-hint values, then the structure check's flag (stoker.backend.jpeg_scan_check)
+    assert hints.shape == (len(paths), 7) and hints.dtype == np.int64
+    assert tuple(hints[3][:6]) == NO_FRAME and hints[3][6] == 0
     for i, s in enumerate(samples):
         if s is not None:
-            assert tuple(hints[i]) == frame_hint(s), paths[i]
+            assert tuple(hints[i][:6]) == frame_hint(s), paths[i]
+            want = int(frame_hint(s)[0] != 0 and scan_problem(s) is not None)
+            assert hints[i][6] == want, paths[i]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd_create")
+def test_the_io_process_flags_jpegs_with_a_broken_structure(tmp_path):
+    """The mixed decoders' strict mode reads the flag instead of checking in the pipeline's process."""
+    from stoker.operators.readers._io_worker import ReadWorker
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "reliability"))
+    import hostile_corpus as hc
+
+    files = {"good": hc.jpeg_restart(), "rst_swapped": hc.jpeg_rst_swapped(), "soi_in_scan": hc.jpeg_marker_in_scan(),
+             "no_eoi": hc.jpeg_without_eoi()}
+    paths = []
+    for name, data in files.items():
+        (tmp_path / f"{name}.jpg").write_bytes(data)
+        paths.append(str(tmp_path / f"{name}.jpg"))
+    w = ReadWorker()
+    try:
+        w.read(paths)
+        _, errors, hints, _ = w.read(paths)
+    finally:
+        w.close()
+    assert not errors
+    assert hints[:, 6].tolist() == [0, 1, 1, 1]
 
 
 def test_readers_file_hands_the_hints_to_the_decoder(sample_jpeg_dir, monkeypatch, stoker_environ):
