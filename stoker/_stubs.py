@@ -6,6 +6,8 @@ schemas: each operator with its arguments (keyword-only, with their documentatio
 its docstring. The tests check that the committed stubs are what the schemas give, so a new
 operator or argument fails CI until the stubs are written again.
 
+``stoker.dynamic`` (eager mode) gets typed stubs too, written by :mod:`stoker._stubs_dynamic`.
+
 Namespaces that are modules (``fn``, ``fn.decoders``, ``fn.random``, ``fn.readers``) get a stub
 file each; the others (``fn.transforms``, ``fn.experimental.decoders``, ``ops.readers`` ...) are
 classes with static methods inside their parent's stub, since a stub-only package directory would
@@ -70,14 +72,17 @@ def _tree(names: list[str]) -> dict:
     return root
 
 
-def _class(name: str, tree: dict, schemas: dict, indent: str) -> str:
+def _class(name: str, tree: dict, schemas: dict, indent: str, function=None) -> str:
+    """A namespace as a class of static methods; ``function(short, cls, indent, static)`` writes one
+    operator (default: the ``fn`` form)."""
+    function = function or _function
     lines = [f"{indent}class {name}:\n"]
     for key, value in sorted(tree.items()):
         if isinstance(value, dict):
-            lines.append(_class(f"_{key}", value, schemas, indent + "    "))
+            lines.append(_class(f"_{key}", value, schemas, indent + "    ", function))
             lines.append(f"{indent}    {key}: {'_' + key}\n")
         else:
-            lines.append(_function(key, schemas[value], indent + "    ", static=True))
+            lines.append(function(key, schemas[value], indent + "    ", static=True))
     return "".join(lines)
 
 
@@ -143,9 +148,12 @@ def ops_stub(schemas: dict) -> str:
 
 def stubs() -> dict[str, str]:
     """Every stub file: {path relative to the stoker package: text}."""
+    from stoker import _stubs_dynamic
+
     schemas = _schemas()
     files = fn_stubs(schemas)
     files["ops.pyi"] = ops_stub(schemas)
+    files.update(_stubs_dynamic.dynamic_stubs(schemas))
     return files
 
 
