@@ -151,6 +151,9 @@ class Settings:
     switch_interval: Setting[float] = Setting(
         0.0002, SECONDS, "The interpreter's thread switch interval that stoker sets where Python's is longer "
         "(0 keeps Python's).")
+    tune_seconds: Setting[float] = Setting(
+        5.0, SECONDS, "Longest time a pipeline with num_threads or prefetch_queue_depth \"auto\" measures "
+        "candidates at build (plus the batch in flight); 0: the heuristic, no trials.")
     serial_stages: Setting[bool] = Setting(
         False, FLAG, "The CPU and GPU stages take turns instead of overlapping.", user=False)
     stage_queues: Setting[bool] = Setting(

@@ -16,10 +16,12 @@ from stoker import settings
 from stoker.errors import PipelineBuildError, StokerError
 from stoker.pipeline import checkpoint as checkpoint_format
 from stoker.pipeline import executor as executor_module
+from stoker.pipeline import tuning
 from stoker.pipeline.data_node import DataNode, GraphRecorder
 from stoker.pipeline.executor import Executor
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.pipeline_extras import PipelineExtras
+from stoker.pipeline.tuning import AUTO
 
 _current = threading.local()
 # Built pipelines not closed yet, and the threads closing the ones garbage collected (__del__):
@@ -71,17 +73,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _parse_prefetch(depth) -> tuple[int, int]:
-    if isinstance(depth, dict):
-        unknown = set(depth) - {"cpu_size", "gpu_size"}
-        if unknown:
-            raise PipelineBuildError(f"Pipeline: prefetch_queue_depth takes keys cpu_size, gpu_size; got {unknown}")
-        return int(depth.get("cpu_size", 2)), int(depth.get("gpu_size", 2))
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise PipelineBuildError(f"Pipeline: prefetch_queue_depth must be a positive int or a dict, got {depth!r}")
-    return depth, depth
-
-
 class Pipeline(PipelineExtras):
     """A data pipeline: a graph of operators run batch by batch.
 
@@ -93,6 +84,9 @@ class Pipeline(PipelineExtras):
     ahead in background threads), ``enable_checkpointing`` / ``checkpoint``
     (exact resume), ``on_error`` (stoker's per-sample policy for bad data) and
     ``max_pixels`` (stoker's default pixel limit of the image decoders; None: 2**28).
+    ``num_threads="auto"`` / ``prefetch_queue_depth="auto"``: chosen at build from a short measured
+    warm-up (``STOKER_TUNE_SECONDS``) that leaves the batches as a fixed setting gives them;
+    :meth:`tuning` says what was chosen and why (:mod:`stoker.pipeline.tuning`).
 
     ``on_error``: "raise" (default) stops at a bad sample with an OperatorError naming the
     operator, where it was created and the file. "skip" drops bad samples (corrupt files, and
@@ -132,10 +126,10 @@ class Pipeline(PipelineExtras):
             batch_size = -1
         elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise PipelineBuildError(f"Pipeline: batch_size must be a positive int, got {batch_size!r}")
-        if num_threads is None or num_threads == -1:
-            num_threads = min(os.cpu_count() or 1, 8)
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-            raise PipelineBuildError(f"Pipeline: num_threads must be a positive int, got {num_threads!r}")
+        self._num_threads, self._prefetch_queue_depth, self._cpu_queue, self._gpu_queue = \
+            tuning.check_arguments(num_threads, prefetch_queue_depth)  # (None, "auto": tuned at build)
+        self._auto: set = set()  # the settings tuned at build
+        self._tuning: dict | None = None  # what tuning() reports
         if device_id is not None and device_id != -1 and (isinstance(device_id, bool) or
                                                          not isinstance(device_id, int) or device_id < 0):
             raise PipelineBuildError(f"Pipeline: device_id must be a GPU index or None, got {device_id!r}")
@@ -146,7 +140,6 @@ class Pipeline(PipelineExtras):
             raise PipelineBuildError(f"Pipeline: max_pixels must be an int >= 0 (0: no limit), got {max_pixels!r}")
         self._max_pixels = max_pixels
         self._batch_size = batch_size
-        self._num_threads = num_threads
         self._device_id = None if device_id in (None, -1) else device_id
         # A checkpoint is checked for its structure now; for whether it comes from this pipeline
         # at build (stoker.pipeline.checkpoint).
@@ -157,8 +150,6 @@ class Pipeline(PipelineExtras):
             seed = saved["seed"] if isinstance(saved.get("seed"), int) else int.from_bytes(os.urandom(4), "little")
         self._seed = int(seed)
         self._fingerprint: dict | None = None  # of this pipeline's checkpoints (made once, at first use)
-        self._cpu_queue, self._gpu_queue = _parse_prefetch(prefetch_queue_depth)
-        self._prefetch_queue_depth = prefetch_queue_depth
         self._exec_pipelined = bool(exec_pipelined)
         self._exec_async = bool(exec_async) and self._exec_pipelined
         self._enable_checkpointing = enable_checkpointing or checkpoint is not None
@@ -179,6 +170,8 @@ class Pipeline(PipelineExtras):
         self._last_track = None  # per-sample bookkeeping of the last batch (on_error skip/substitute)
         self._closed_errors: tuple[list, int] | None = None  # error_report() after close()
         self._gpu = None
+        if debug:
+            tuning.settle_for_debug(self)
 
     # --- properties -----------------------------------------------------
     @property
@@ -190,8 +183,9 @@ class Pipeline(PipelineExtras):
         return self._batch_size
 
     @property
-    def num_threads(self) -> int:
-        return self._num_threads
+    def num_threads(self) -> int | str:
+        """The CPU thread pool's size ("auto" until an "auto" pipeline is built and tuned)."""
+        return AUTO if self._num_threads is None else self._num_threads
 
     @property
     def device_id(self) -> int | None:
@@ -281,6 +275,7 @@ class Pipeline(PipelineExtras):
         graph = self.__dict__.pop("_early_graph", None) or Graph(self._outputs, self._recorded, self._seed)
         if graph.gpu_nodes:
             self._gpu = self._open_gpu(graph)
+        tuning.settle(self, bool(graph.gpu_nodes))  # ("auto": provisional values, tuned below)
         for node in graph.nodes:
             inst = graph.instances[node.id]
             if hasattr(inst, "bind_pipeline"):
@@ -295,10 +290,7 @@ class Pipeline(PipelineExtras):
             self._last_state = self._checkpoint
         self._graph = graph
         self._instances_closed = False
-        self._executor = Executor(graph, batch_size=self._batch_size, num_threads=self._num_threads,
-                                  cpu_queue=self._cpu_queue, gpu_queue=self._gpu_queue,
-                                  asynchronous=self._exec_async, gpu_context=self._gpu,
-                                  on_error=self._on_error)
+        self._executor = tuning.executor_for(self, graph)  # (measures candidates where "auto")
         self._built = True
         _live_pipelines.add(self)
 
@@ -444,22 +436,6 @@ class Pipeline(PipelineExtras):
         if self._executor is None:
             return self._closed_errors[1] if self._closed_errors else 0
         return self._executor.error_count
-
-    def reader_meta(self, name: str | None = None) -> dict:
-        """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""
-        self.build()
-        if name is None:
-            return {n.args.get("name") or n.instance_name: r.meta() for n, r in self._graph.readers()}
-        inst = self._graph.instance(name)
-        if not hasattr(inst, "meta"):
-            raise StokerError(f"reader_meta: operator {name!r} is not a reader")
-        return inst.meta()
-
-    def epoch_size(self, name: str | None = None):
-        """Samples per epoch of the reader ``name`` (or a dict for all readers)."""
-        if name is not None:
-            return self.reader_meta(name)["epoch_size"]
-        return {k: v["epoch_size"] for k, v in self.reader_meta().items()}
 
     def checkpoint(self, filename: str | None = None) -> str:
         """A small serialized state from which ``Pipeline(..., checkpoint=state)`` resumes exactly."""

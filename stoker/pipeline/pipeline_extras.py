@@ -1,16 +1,18 @@
-"""Pipeline methods that save, load and prepare a pipeline: ``serialize``, ``deserialize`` and
-``start_py_workers`` (a base class of :class:`stoker.pipeline.pipeline.Pipeline`, kept apart so
-that each file stays small)."""
+"""Pipeline methods that save, load, prepare and describe a pipeline: ``serialize``,
+``deserialize``, ``start_py_workers``, ``reader_meta``, ``epoch_size`` and ``tuning`` (a base class
+of :class:`stoker.pipeline.pipeline.Pipeline`, kept apart so that each file stays small)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 from stoker.errors import StokerError
 
 
 class PipelineExtras:
-    """Saving and loading a pipeline's graph, and starting its Python workers early."""
+    """Saving and loading a pipeline's graph, starting its Python workers early, and what it reads
+    and was tuned to."""
 
     def _trace(self) -> None:
         """Trace ``define_graph`` (the legacy way of defining a pipeline) if no outputs are set yet."""
@@ -77,3 +79,35 @@ class PipelineExtras:
             if hasattr(inst, "start_workers"):
                 inst.start_workers(self)
         self._early_graph = graph  # build() uses it, so the started workers are the ones that run
+
+    def reader_meta(self, name: str | None = None) -> dict:
+        """Epoch size, padding and sharding of the reader ``name`` (or all readers, by name)."""
+        self.build()
+        if name is None:
+            return {n.args.get("name") or n.instance_name: r.meta() for n, r in self._graph.readers()}
+        inst = self._graph.instance(name)
+        if not hasattr(inst, "meta"):
+            raise StokerError(f"reader_meta: operator {name!r} is not a reader")
+        return inst.meta()
+
+    def epoch_size(self, name: str | None = None):
+        """Samples per epoch of the reader ``name`` (or a dict for all readers)."""
+        if name is not None:
+            return self.reader_meta(name)["epoch_size"]
+        return {k: v["epoch_size"] for k, v in self.reader_meta().items()}
+
+    def tuning(self) -> dict:
+        """The ``num_threads`` and ``prefetch_queue_depth`` in use (builds the pipeline): with "auto",
+        how they were chosen. Keys: ``num_threads``, ``prefetch_queue_depth``, ``auto`` (the
+        settings that were "auto"), ``candidates`` (each tried: ``num_threads``,
+        ``prefetch_queue_depth``, ``batches_per_s``, ``batches`` timed), ``seconds`` (the tuning's
+        time), ``why`` ("measured", "fixed: given by the caller", or "heuristic: " and the reason
+        no trials ran) and ``hw_decoder_load`` (not tuned, and why): see :mod:`stoker.pipeline.tuning`."""
+        self.build()
+        if self._tuning is None:  # (debug mode with fixed settings)
+            from stoker.pipeline.tuning import HW_DECODER_LOAD
+
+            return {"num_threads": self._num_threads, "prefetch_queue_depth": self._prefetch_queue_depth,
+                    "auto": [], "candidates": [], "seconds": 0.0, "why": "fixed: given by the caller",
+                    "hw_decoder_load": HW_DECODER_LOAD}
+        return copy.deepcopy(self._tuning)

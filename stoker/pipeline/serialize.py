@@ -92,6 +92,7 @@ def dumps(pipe) -> bytes:
     for node in sorted(used, key=lambda n: n.id):
         _check_args(node)
     settings = {k: getattr(pipe, k) for k in SETTINGS}
+    settings.update(dict.fromkeys(pipe._auto, "auto"))  # (tuned again where it is loaded)
     settings["enable_checkpointing"] = pipe._enable_checkpointing
     from stoker import __version__
 

@@ -123,6 +123,10 @@ class IndexedReader(Reader):
 
         self._batch_size = max(1, pipe.batch_size)
         self._use_helper = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
+        reads = self._reads
+        if not self._use_helper and reads is not None:  # (bound again by num_threads="auto"'s trials)
+            self._reads = None
+            reads.close()
 
     def prepare(self) -> None:
         if not self.args.get("lazy_init"):

@@ -121,8 +121,12 @@ class FileReader(IndexedReader):
         self._remote = False  # some files are URLs: read with _storage.read_many, never by the helper
 
     def bind_pipeline(self, pipe) -> None:
+        """At build, and again for each trial of num_threads="auto" (stoker.pipeline.tuning): a
+        helper no longer wanted is stopped; one wanted starts on the next batch."""
         self._batch_size = max(1, pipe.batch_size)
         self._use_worker = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
+        if not self._use_worker and self._worker is not None:
+            self.close()
 
     # --- listing ------------------------------------------------------------
     def prepare(self) -> None:

@@ -346,7 +346,8 @@ class _MultiProcessIter(_torchdata.dataloader._MultiProcessingDataLoaderIter):
         if not getattr(self, "_in_order", True):
             return
         depth = self._server._pipe.prefetch_queue_depth
-        limit = max(1, depth if isinstance(depth, int) else int(depth.get("cpu_size", 2)))
+        limit = max(1, depth if isinstance(depth, int) else
+                    int(depth.get("cpu_size", 2)) if isinstance(depth, dict) else 2)  # ("auto": not built yet)
         runs = []
         idx = self._rcvd_idx
         while idx < self._send_idx and len(runs) < limit:
