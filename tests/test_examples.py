@@ -26,8 +26,9 @@ CASES = {
     "pytorch_training.py": ("trained 8 steps on cpu", False, 0),
     "custom_operator.py": ("a bad argument is reported as: examples.channel_stats: argument 'scale'", False, 0),
     "numba_function.py": ("as NumPy computes: True", True, 0),
+    "tf_keras_train.py": ("trained 8 steps on cpu", False, 0),
 }
-NEEDS = {"numba_function.py": "numba", "pytorch_training.py": "torch"}
+NEEDS = {"numba_function.py": "numba", "pytorch_training.py": "torch", "tf_keras_train.py": "tensorflow"}
 TIMEOUT = 180
 
 
