@@ -68,15 +68,31 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+_U30, _U27, _U31, _U11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_UM1, _UM2, _UGOLDEN = np.uint64(_M1), np.uint64(_M2), np.uint64(_GOLDEN)
+
+
 def _mix64_np(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(_M1)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(_M2)
-        x ^= x >> np.uint64(31)
+    return _mix64_inplace(x.astype(np.uint64, copy=True))
+
+
+def _mix64_inplace(x: np.ndarray) -> np.ndarray:
+    """_mix64 of a uint64 array, in place (one temporary: these run on every draw of a batch)."""
+    t = np.right_shift(x, _U30, out=np.empty_like(x))  # (an array even where x has no dimensions)
+    x ^= t
+    x *= _UM1
+    x ^= np.right_shift(x, _U27, out=t)
+    x *= _UM2
+    x ^= np.right_shift(x, _U31, out=t)
     return x
+
+
+def _to_uniform(x: np.ndarray) -> np.ndarray:
+    """The [0, 1) value of each mixed uint64 (its top 53 bits), consuming ``x``."""
+    x >>= _U11
+    u = x.astype(np.float64)
+    u *= 1.0 / (1 << 53)
+    return u
 
 
 def sample_key(op_seed: int, iteration: int, sample: int) -> int:
@@ -94,7 +110,7 @@ def batch_uniforms(op_seed: int, iteration: int, samples, count: int) -> np.ndar
     with np.errstate(over="ignore"):
         keys = _mix64_np(np.uint64(base) + idx * np.uint64(_GOLDEN))
         counters = keys + np.arange(1, count + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN)
-    return (_mix64_np(counters) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return _to_uniform(_mix64_inplace(counters))
 
 
 def batch_keys(op_seed: int, iteration: int, samples) -> np.ndarray:
@@ -118,10 +134,12 @@ def key_uniforms_at(keys, draws) -> np.ndarray:
     """Uniform [0, 1) values: draw number ``draws`` (counted from 0) of the stream ``keys``
     (:func:`batch_keys`), element by element, the two arrays broadcast together. For reading only
     the draws a vectorised operator needs (e.g. the anchors of the candidate windows it judges)."""
-    with np.errstate(over="ignore"):
-        counters = np.asarray(keys, dtype=np.uint64) + (np.asarray(draws, dtype=np.uint64) + np.uint64(1)) * \
-            np.uint64(_GOLDEN)
-    return (_mix64_np(counters) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    with np.errstate(over="ignore"):  # (a scalar's wrap-around warns; arrays' do not)
+        steps = np.asarray(draws, dtype=np.uint64) + np.uint64(1)
+        steps *= _UGOLDEN
+    # the one broadcast step makes the counters array; the rest runs in place
+    u = _to_uniform(_mix64_inplace(np.asarray(np.add(np.asarray(keys, dtype=np.uint64), steps))))
+    return u if u.ndim else u[()]
 
 
 class SampleRNG:
@@ -142,9 +160,9 @@ class SampleRNG:
     def _block(self, count: int) -> np.ndarray:
         counters = np.arange(self._n + 1, self._n + count + 1, dtype=np.uint64)
         self._n += count
-        with np.errstate(over="ignore"):
-            x = np.uint64(self._key) + counters * np.uint64(_GOLDEN)
-        return (_mix64_np(x) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+        counters *= _UGOLDEN
+        counters += np.uint64(self._key)
+        return _to_uniform(_mix64_inplace(counters))
 
     def random(self, size=None):
         if size is None:

@@ -1,9 +1,10 @@
 """``box_encoder``: SSD-style matching of ground-truth boxes to a fixed set of anchors.
 
 ``run_cpu`` matches and encodes the whole batch in a few NumPy steps (the boxes of every sample in
-one array, padded per sample where a per-sample maximum is needed), with run_sample's float32
-arithmetic element for element, so the outputs are the same to the bit; anything unusual or
-invalid goes through the per-sample path, which raises naming the sample.
+one array, the IoU with the anchors computed a few hundred boxes at a time; only the IoUs above
+``criteria`` are kept, sorted to find each anchor's best box), with run_sample's float32 arithmetic
+element for element, so the outputs are the same to the bit; anything unusual or invalid goes
+through the per-sample path, which raises naming the sample.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import batch_of_rows
 
 _OP = "box_encoder"
+# The batch path's IoU is computed in pieces of about this many (anchor, box) pairs (that stay in
+# cache), of at least _IOU_MIN_BOXES boxes.
+_IOU_ELEMENTS, _IOU_MIN_BOXES = 1 << 17, 16
 
 
 def iou_matrix(a, b):
@@ -85,6 +89,14 @@ class BoxEncoder(Operator):
         scale = np.float32(a["scale"])
         self.anchors_center = _center_form(self.anchors) * scale  # center form first, then scaled (as DALI)
         self.means = np.asarray(a["means"], np.float32)
+        self.anchors_cf = _center_form(self.anchors)
+        # the batch path's IoU: anchors reversed, one contiguous row per coordinate
+        rev = self.anchors[::-1]
+        left, top, right, bottom = (np.ascontiguousarray(rev[:, i]) for i in range(4))
+        self._area_rev = ((right - left) * (bottom - top))[:, None]  # as iou_matrix's area_b
+        self._x_extents, self._y_extents = _extents(left, right), _extents(top, bottom)
+        self.anchors_plain = bool(np.all(right >= left) and np.all(bottom >= top) and np.all(self._area_rev > 0)
+                                  and np.all(np.isfinite(self._area_rev)))
         self.stds = np.asarray(a["stds"], np.float32)
 
     def output_layouts(self, input_layouts):
@@ -140,56 +152,142 @@ class BoxEncoder(Operator):
             return None
         samples, labels = inputs[0].samples(), inputs[1].samples()
         n, m = len(samples), self.anchors.shape[0]
-        if len(labels) != n or labels[0].ndim == 0:
+        if not n or len(labels) != n or labels[0].ndim == 0:
             return None
-        if not all(b.size == 0 or (b.ndim == 2 and b.shape[1] == 4) for b in samples):
+        counts = _batch_counts(samples, labels)
+        if counts is None:
             return None
-        counts = np.array([b.size // 4 for b in samples], np.int64)
-        if any(lab.shape[0] != c or lab.shape[1:] != labels[0].shape[1:] for lab, c in zip(labels, counts.tolist())):
-            return None
-        boxes = np.concatenate([b.reshape(-1, 4) for b in samples]).astype(np.float32, copy=False)
-        if not np.all(np.isfinite(boxes)):
+        if counts.size == n:  # every sample (N, 4)
+            boxes = np.concatenate(samples).astype(np.float32, copy=False)
+        else:
+            counts = counts[:n]
+            boxes = np.concatenate([b.reshape(-1, 4) for b in samples]).astype(np.float32, copy=False)
+        if not np.isfinite(boxes).all():
             return None
         flat_labels = np.concatenate(labels)
         starts = np.cumsum(counts) - counts
-        sid = np.repeat(np.arange(n), counts)
-        local = np.arange(sid.size) - starts[sid]
-        match = np.full((n, m), -1, np.int64)
         if boxes.shape[0]:
-            iou = np.empty((boxes.shape[0], m), np.float32)  # in [0, 1]
-            for c in range(0, boxes.shape[0], 128):  # (pieces that stay in cache: ~1.7x faster)
-                iou[c:c + 128] = iou_matrix(boxes[c:c + 128], self.anchors)
-            most = int(counts.max())
-            padded = np.full((n, most, m), -1.0, np.float32)  # padding below any IoU
-            padded.reshape(n * most, m)[sid * most + local] = iou
-            top = padded.max(1)
-            best_box = np.zeros((n, m), np.int64)  # the last maximum per anchor, as DALI
-            for j in range(most):
-                best_box[padded[:, j] == top] = j
-            good = (top > np.float32(self.args["criteria"])) & (counts > 0)[:, None]
-            match[good] = best_box[good]
-            # each box claims its best anchor; for an anchor claimed twice the later box wins
-            best_anchor = m - 1 - np.argmax(iou[:, ::-1], 1)
-            claim = np.full((n, m), -1, np.int64)
-            np.maximum.at(claim, (sid, best_anchor), local)
-            match = np.where(claim >= 0, claim, match)
-        matched = match >= 0
-        src = (starts[:, None] + match)[matched]  # the matched boxes, in the flat arrays
+            match = self._match(boxes, counts, starts)
+        else:
+            match = np.full((n, m), -1, np.int32)
+        at = np.flatnonzero(match >= 0)
+        si, ai = np.divmod(at, m)
+        src = starts[si] + match.reshape(-1)[at]  # the matched boxes, in the flat arrays
+        ai = m - 1 - ai  # (match has the anchors in reverse order)
         out_labels = np.zeros((n, m, *labels[0].shape[1:]), flat_labels.dtype)
-        out_labels[matched] = flat_labels[src]
+        out_labels[si, ai] = flat_labels[src]
         if not self.args["offset"]:
-            out = np.broadcast_to(_center_form(self.anchors), (n, m, 4)).copy()
-            out[matched] = _center_form(boxes[src])
+            out = np.empty((n, m, 4), np.float32)
+            out[...] = self.anchors_cf
+            out[si, ai] = _center_form(boxes[src])
         else:
             out = np.zeros((n, m, 4), np.float32)
             b = _center_form(boxes[src]) * np.float32(self.args["scale"])
-            a = self.anchors_center[np.nonzero(matched)[1]]
+            a = self.anchors_center[ai]
             xy = ((b[:, :2] - a[:, :2]) / a[:, 2:] - self.means[:2]) / self.stds[:2]
             log_wh = np.log((b[:, 2:] / a[:, 2:]).astype(np.float64)).astype(np.float32)  # as run_sample
             wh = (log_wh - self.means[2:]) / self.stds[2:]
-            out[matched] = np.concatenate([xy, wh], 1)
-        results = [batch_of_rows(out), batch_of_rows(out_labels)]
+            out[si, ai] = np.concatenate([xy, wh], 1)
+        sources = None
         if batch.sources:
-            for r in results:
-                r._source_info = [batch.source(i) for i in range(n)]
-        return results
+            sources = list(batch.sources[:n]) + [""] * (n - len(batch.sources))
+        return [batch_of_rows(out, "", sources), batch_of_rows(out_labels, "", sources)]
+
+    def _match(self, boxes, counts, starts):
+        """(n, anchors) int32, anchors in reverse order: each sample's matched box per anchor (its
+        index in the sample; -1: none), as run_sample matches. The IoU is computed (anchors, boxes),
+        a few hundred boxes at a time, with run_sample's float32 arithmetic; the anchors reversed so
+        that argmax (the first maximum) finds the last maximum, as DALI's rule wants."""
+        n, m = counts.size, self.anchors.shape[0]
+        crit = np.float32(self.args["criteria"])
+        sid = np.repeat(np.arange(n, dtype=np.int64), counts)
+        local = (np.arange(sid.size) - starts[sid]).astype(np.int32)
+        bt = np.ascontiguousarray(boxes.T)  # (4, boxes): contiguous per coordinate
+        area = (bt[2] - bt[0]) * (bt[3] - bt[1])  # as iou_matrix computes area_a
+        # union > 0 everywhere (so the division needs no mask) when every anchor has a positive
+        # finite area and no box is inverted or of non-finite area (see _iou_t)
+        plain = self.anchors_plain and bool((bt[2] >= bt[0]).all() and (bt[3] >= bt[1]).all()
+                                            and np.isfinite(area).all())
+        step = max(_IOU_MIN_BOXES, _IOU_ELEMENTS // m)
+        best_anchor, hits = [], []
+        for c in range(0, sid.size, step):
+            iou = self._iou_t(bt[:, c:c + step], area[c:c + step], plain)  # (m, boxes), anchors reversed
+            best_anchor.append(iou.argmax(0))
+            at = np.flatnonzero(iou > crit)  # the only IoUs that can match an anchor to its best box
+            a, b = np.divmod(at, iou.shape[1])
+            hits.append((a, b + c, iou.reshape(-1)[at]))
+        # each anchor's best box (its last maximum) where that IoU exceeds criteria: the IoUs are
+        # positive, so their bits order them; within a (sample, anchor) the entries come in box
+        # order and a stable sort keeps it, so the last of a run is the last maximum
+        a, b, v = (np.concatenate(x) for x in zip(*hits))
+        match = np.full(n * m, -1, np.int32)
+        if a.size:
+            group = sid[b] * m + a
+            key = np.argsort((group << 31) | v.view(np.int32), kind="stable")
+            group = group[key]
+            last = np.ones(key.size, bool)
+            np.not_equal(group[1:], group[:-1], out=last[:-1])
+            match[group[last]] = local[b[key[last]]]
+        # each box claims its best anchor; for an anchor claimed twice the later box wins
+        group = sid * m + np.concatenate(best_anchor)
+        key = np.argsort(group, kind="stable")
+        group = group[key]
+        last = np.ones(key.size, bool)
+        np.not_equal(group[1:], group[:-1], out=last[:-1])
+        match[group[last]] = local[key[last]]
+        return match.reshape(n, m)
+
+    def _iou_t(self, bt, area, plain):
+        """iou_matrix(boxes, anchors).T for boxes ``bt`` (4, k) with areas ``area``, anchors in
+        reverse order. Where anchors share an x (y) extent, the extents' overlap is computed
+        once per distinct extent and gathered (row copies: cheap in this layout)."""
+        ul, ur, xi = self._x_extents
+        w = np.minimum(ur, bt[2])
+        w -= np.maximum(ul, bt[0])
+        np.maximum(w, 0, out=w)  # (as np.clip(x, 0, None); a -0.0 left is only ever compared)
+        ut, ub, yi = self._y_extents
+        h = np.minimum(ub, bt[3])
+        h -= np.maximum(ut, bt[1])
+        np.maximum(h, 0, out=h)
+        inter = w[xi] if xi is not None else w
+        h = h[yi] if yi is not None else h
+        inter *= h
+        union = np.add(self._area_rev, area, out=h)
+        union -= inter
+        if plain:
+            return np.divide(inter, union, out=inter)
+        return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def _extents(lo, hi):
+    """The distinct (lo, hi) pairs (bit for bit) as columns (k, 1) and each anchor's index among
+    them, or all of them and None where few are shared."""
+    pairs = np.stack([lo, hi], 1).view(np.uint64).reshape(-1)
+    uniq, idx = np.unique(pairs, return_inverse=True)
+    if uniq.size * 2 > lo.size:
+        return lo[:, None].copy(), hi[:, None].copy(), None
+    u = uniq.view(np.float32).reshape(-1, 2)
+    return u[:, :1].copy(), u[:, 1:].copy(), idx.reshape(-1).astype(np.intp)
+
+
+def _batch_counts(samples, labels):
+    """Boxes per sample, or None where the per-sample path must judge (or raise). Where a sample is
+    not (N, 4) (an empty one of another shape) the array has one more element, a 0."""
+    n = len(samples)
+    try:  # (an array of all the shapes at once: ragged numbers of dimensions raise)
+        shapes = np.array([b.shape for b in samples], np.int64)
+    except ValueError:
+        shapes = None
+    if shapes is not None and shapes.shape == (n, 2) and (shapes[:, 1] == 4).all():
+        counts = shapes[:, 0]
+    elif all(b.size == 0 or (b.ndim == 2 and b.shape[1] == 4) for b in samples):
+        counts = np.array([b.size // 4 for b in samples] + [0], np.int64)
+    else:
+        return None
+    try:
+        lshapes = np.array([x.shape for x in labels], np.int64)
+    except ValueError:
+        return None
+    if lshapes.ndim != 2 or not (lshapes[:, 0] == counts[:n]).all() or not (lshapes[:, 1:] == lshapes[0, 1:]).all():
+        return None
+    return counts

@@ -8,7 +8,7 @@ import numpy as np
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import TensorListCPU
+from stoker.tensors import batch_of_arrays
 
 
 def _float_values(op, name, value):
@@ -61,8 +61,10 @@ class BbFlip(Operator):
         # (per sample it is ~10 us of Python, with the GIL held)
         src = inputs[0].samples()
         n = len(src)
-        counts = np.array([s.size for s in src], np.int64)
-        if np.any(counts % 4) or set(arg_inputs) - {"horizontal", "vertical"}:
+        shapes = [s.shape for s in src]
+        rows = len(shapes[0]) == 2 and shapes[0][1] == 4 and all(len(x) == 2 and x[1] == 4 for x in shapes)
+        counts = np.array([x[0] for x in shapes] if rows else [s.size for s in src], np.int64)
+        if (not rows and np.any(counts % 4)) or set(arg_inputs) - {"horizontal", "vertical"}:
             return None
         flags = []
         for name in ("horizontal", "vertical"):
@@ -76,8 +78,11 @@ class BbFlip(Operator):
                 flags.append(v != 0)
             else:
                 flags.append(np.full(n, bool(int(self.args.get(name) or 0))))
-        counts //= 4
-        b = np.concatenate([s.reshape(-1) for s in src]).reshape(-1, 4).astype(np.float32)
+        if rows:  # (N, 4) samples: no reshapes
+            b = np.concatenate(src).astype(np.float32, copy=False)
+        else:
+            counts //= 4
+            b = np.concatenate([s.reshape(-1) for s in src]).reshape(-1, 4).astype(np.float32, copy=False)
         ltrb = self.args["ltrb"]
         lo = b[:, :2].copy()
         hi = b[:, 2:].copy() if ltrb else lo + b[:, 2:]
@@ -86,10 +91,13 @@ class BbFlip(Operator):
                 f = np.repeat(flip, counts)
                 lo[:, d], hi[:, d] = np.where(f, 1.0 - hi[:, d], lo[:, d]), np.where(f, 1.0 - lo[:, d], hi[:, d])
         out = np.concatenate([lo, hi if ltrb else hi - lo], 1)
-        parts = np.split(out, np.cumsum(counts)[:-1])
+        ends = np.cumsum(counts).tolist()
+        parts = [out[a:e] for a, e in zip([0] + ends[:-1], ends)]
+        if not rows:
+            parts = [x.reshape(shape) for x, shape in zip(parts, shapes)]
         layout = self.output_layouts([t.layout() for t in inputs])[0]
-        sources = [batch.source(i) for i in range(n)] if batch.sources else None
-        return [TensorListCPU([x.reshape(s.shape) for x, s in zip(parts, src)], layout, sources)]
+        sources = list(batch.sources[:n]) + [""] * (n - len(batch.sources)) if batch.sources else None
+        return [batch_of_arrays(parts, layout, sources)]  # (float32 samples of the input's shapes)
 
 
 @register

@@ -7,30 +7,24 @@ otherwise pick another threshold. Outputs: anchor, shape, the surviving boxes in
 window coordinates, their labels (with a labels input) and their indices
 (``output_bbox_indices``).
 
-``run_cpu`` computes the whole batch with NumPy (``_BatchSearch``), reading each sample's draws
-where ``run_sample`` reads them, with the same arithmetic: the same results, to the bit. Anything
-unusual or invalid takes the per-sample path, which raises naming the sample (or skips it).
+``run_cpu`` computes the whole batch with NumPy (``_bbox_crop_search.BatchSearch``), reading each
+sample's draws where ``run_sample`` reads them, with the same arithmetic: the same results, to the
+bit. Anything unusual or invalid takes the per-sample path, which raises naming the sample (or
+skips it).
 """
 
 from __future__ import annotations
-
-from functools import reduce
 
 import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.base import Operator, SampleContext
+from stoker.operators.detection._bbox_crop_search import _SAFETY_LIMIT, BatchSearch
 from stoker.operators.schema import Arg, Schema, register
-from stoker.random_state import batch_keys, key_uniforms_at
-from stoker.tensors import TensorListCPU, batch_of_rows
+from stoker.random_state import batch_keys
+from stoker.tensors import batch_of_arrays, batch_of_rows
 
 _OP = "random_bbox_crop"
-# Without total_num_attempts DALI searches forever; we stop with an error rather than hang.
-_SAFETY_LIMIT = 100_000
-# The batch path: rounds before the samples still searching go to run_sample (with total_num_attempts:
-# up to its end, at most _BATCH_ROUNDS_CAP); rounds per step (then the last again); most elements
-# (samples x attempts x boxes) per NumPy step.
-_BATCH_ROUNDS, _BATCH_ROUNDS_CAP, _ROUNDS_AT_ONCE, _CHUNK_ELEMENTS = 64, 2048, (1, 3, 8, 16), 1 << 20
 
 
 def _num_outputs(args):
@@ -276,14 +270,17 @@ class RandomBBoxCrop(Operator):
         # the GIL keeps threads from helping; this takes a few NumPy steps per round of attempts)
         n = len(inputs[0])
         samples = inputs[0].samples()
-        if samples[0].ndim == 1 and not any(b.size for b in samples):  # empty 1D arrays: no boxes
-            flat = np.zeros((0, 4), np.float32)
-        elif samples[0].ndim == 2 and samples[0].shape[1] in (4, 6) and \
-                all(b.shape[1] == samples[0].shape[1] for b in samples):
+        try:  # (all the shapes in one array: ragged numbers of dimensions raise)
+            shapes = np.array([b.shape for b in samples], np.int64)
+        except ValueError:
+            return None
+        if shapes.shape == (n, 2) and shapes[0, 1] in (4, 6) and (shapes[:, 1] == shapes[0, 1]).all():
             flat = np.concatenate(samples).astype(np.float32, copy=False)
+            counts = shapes[:, 0]
+        elif shapes.shape == (n, 1) and not shapes.any():  # empty 1D arrays: no boxes
+            flat, counts = np.zeros((0, 4), np.float32), np.zeros(n, np.int64)
         else:
             return None
-        counts = np.array([b.shape[0] if b.ndim == 2 else 0 for b in samples], np.int64)
         ncoord = flat.shape[1]
         nd = ncoord // 2
         s_idx, e_idx, is_size = self._layout(nd)
@@ -294,7 +291,7 @@ class RandomBBoxCrop(Operator):
         labels = None
         if len(inputs) > 1:
             labs = inputs[1].samples()
-            if len(labs) != n or any(lab.ndim == 0 or lab.shape[0] != c for lab, c in zip(labs, counts.tolist())):
+            if len(labs) != n or not np.array_equal([lab.shape[0] if lab.ndim else -1 for lab in labs], counts):
                 return None
             labels = np.concatenate(labs)
         in_shape, crop_shape = self._batch_shape_args(arg_inputs, n, nd)
@@ -303,7 +300,7 @@ class RandomBBoxCrop(Operator):
         hi_p = np.zeros((nd, *real.shape))
         lo_p[:, real], hi_p[:, real] = lo.T, hi.T
         keys = batch_keys(self.op_seed, batch.iteration, batch.sample_indices(n))
-        search = _BatchSearch(self, keys, lo_p, hi_p, real, counts, in_shape, crop_shape)
+        search = BatchSearch(self, keys, lo_p, hi_p, real, counts, in_shape, crop_shape)
         anchor, shape, keep, todo = search.run()
         # every sample's kept boxes in one array, then split into samples
         sid = np.repeat(np.arange(n), counts)
@@ -330,11 +327,10 @@ class RandomBBoxCrop(Operator):
             res[0][i], res[1][i] = one[0], one[1]
             for k in range(2, len(res)):
                 res[k][i] = one[k]
-        sources = [batch.source(i) for i in range(n)] if batch.sources else None
-        out = [batch_of_rows(res[0]), batch_of_rows(res[1])] + [TensorListCPU(x, "", sources) for x in res[2:]]
-        for x in out[:2]:
-            x._source_info = sources or x._source_info
-        return out
+        sources = list(batch.sources[:n]) + [""] * (n - len(batch.sources)) if batch.sources else None
+        # (the box, label and index samples: slices of one array each, or run_sample's of the same kinds)
+        return [batch_of_rows(res[0], "", sources), batch_of_rows(res[1], "", sources)] + \
+            [batch_of_arrays(x, "", sources) for x in res[2:]]
 
     def _batch_shape_args(self, arg_inputs, n, nd):
         """(input_shape, crop_shape), each (n, nd) in x, y(, z) order or None; raises where the
@@ -354,237 +350,3 @@ class RandomBBoxCrop(Operator):
                 (crop_shape is not None and (in_shape is None or np.any(crop_shape > in_shape))):
             raise ValueError("bad input_shape/crop_shape")
         return in_shape, crop_shape
-
-
-def _put(out, local, anchor, shape, kept):
-    """Windows (per dimension) into rows ``local`` of ``out`` (found or score, anchor, shape, kept)."""
-    if local.size:
-        if out[0].dtype == bool:
-            out[0][local] = True
-        out[1][local], out[2][local] = np.stack(anchor, 1), np.stack(shape, 1)
-        if kept is not None:
-            out[3][local] = kept
-
-
-class _BatchSearch:
-    """``RandomBBoxCrop._search`` for a batch: per round, the samples still searching read their
-    draws where run_sample reads them, with its arithmetic element by element. Boxes are padded to
-    the batch's most (masked) and held per dimension, metrics laid out (samples, boxes, candidates),
-    candidates judged in blocks (later ones only where no window was found: the first one wins)."""
-
-    def __init__(self, op, keys, lo, hi, real, counts, in_shape, crop_shape):
-        self.args, self.keys, self.real, self.counts = op.args, keys, real, counts
-        self.lo, self.hi = lo, hi  # (nd, n, most boxes)
-        self.in_shape, self.crop_shape = in_shape, crop_shape
-        self.nd = lo.shape[0]
-        # centres and areas of the boxes, computed as run_sample computes them
-        self.centre = (lo + hi) * 0.5
-        self.area = area = np.prod(hi - lo, 0)  # (in order, as np.prod(hi - lo, -1) in _metrics)
-        self.area_max = np.where(real, area, -np.inf).max(1, initial=-np.inf)
-        self.area_min = np.where(real, area, np.inf).min(1, initial=np.inf)
-
-    def run(self):
-        """(anchor (n, nd), shape (n, nd), kept-box mask (n, most boxes), samples left to run_sample)."""
-        a, nd, n = self.args, self.nd, self.real.shape[0]
-        n_thr = len(a["thresholds"])
-        n_opt = n_thr + int(bool(a["allow_no_crop"]))
-        thresholds = np.array(list(a["thresholds"]), np.float64)
-        track_best = a["total_num_attempts"] > 0
-        per_candidate = nd if self.crop_shape is not None else 2 * nd
-        ks, final = self._schedule()
-        # results start as "no crop"; the best window so far counts with total_num_attempts
-        self.anchor, self.shape, self.keep = np.zeros((n, nd)), np.ones((n, nd)), self.real.copy()
-        best = (np.full(n, -np.inf), np.zeros((n, nd)), np.ones((n, nd)), self.real.copy())
-        active, q, drawn, step = np.arange(n), 0, 0, 0
-        while active.size and q < len(ks):
-            k, rounds = ks[q], 1  # this step's rounds: those of the same k, up to _ROUNDS_AT_ONCE's
-            while rounds < _ROUNDS_AT_ONCE[min(step, 3)] and ks[q + rounds:q + rounds + 1] == [k]:
-                rounds += 1
-            step += 1
-            # a round's draws: the threshold, the shapes (read here), the anchors (read when judged)
-            each, head = 1 + per_candidate * k, 1 + (per_candidate - nd) * k
-            starts = drawn + np.arange(rounds) * each
-            u = key_uniforms_at(self.keys[active][:, None], (starts[:, None] + np.arange(head)).reshape(1, -1))
-            u = u.reshape(active.size * rounds, head)
-            drawn += rounds * each
-            opt = np.minimum((u[:, 0] * n_opt).astype(np.int64), n_opt - 1)  # SampleRNG.integers
-            crop = opt < n_thr  # else "no crop": the sample is done, with the start values
-            pick = np.flatnonzero(crop)  # (sample, round) pairs, sample-major
-            found, anchor, shape, keep, top = self._rounds(np.repeat(active, rounds)[pick],
-                                                           np.tile(starts + head, active.size)[pick], u[pick, 1:],
-                                                           thresholds[opt[pick]], k, track_best)
-            done = ~crop
-            done[pick] = found
-            done = done.reshape(active.size, rounds)
-            first = np.arange(active.size) * rounds + done.argmax(1)  # the pair that ends the search
-            ended = done.any(1)
-            at = np.cumsum(crop) - 1  # a crop pair's position in pick
-            won = ended & crop[first]
-            r, p = active[won], at[first[won]]
-            self.anchor[r], self.shape[r], self.keep[r] = anchor[p], shape[p], keep[p]
-            active, q = active[~ended], q + rounds
-            for j in range(rounds if track_best else 0):  # all these rounds searched: their best, in order
-                p = at[np.flatnonzero(~ended) * rounds + j]
-                up = top[0][p] > best[0][active]
-                for x, y in zip(best, top):
-                    x[active[up]] = y[p[up]]
-            if final and q == len(ks):  # the best window, else no crop
-                took = active[best[0][active] > -np.inf]
-                self.anchor[took], self.shape[took], self.keep[took] = best[1][took], best[2][took], best[3][took]
-                active = active[:0]
-        return self.anchor, self.shape, self.keep, active.tolist()
-
-    def _schedule(self):
-        """The candidates of each round _search runs, up to the batch path's limit; and whether the
-        search ends after the last (with the best window) rather than going on (in run_sample)."""
-        n_att, total_limit = self.args["num_attempts"], self.args["total_num_attempts"]
-        if total_limit <= 0:
-            return [n_att] * min(_BATCH_ROUNDS, (_SAFETY_LIMIT - 1) // n_att), False
-        ks, used = [], 0
-        while len(ks) < _BATCH_ROUNDS_CAP:
-            k = max(0, min(n_att, total_limit - used))
-            ks.append(k)
-            used += k
-            if used >= total_limit or used >= _SAFETY_LIMIT:
-                return ks, True
-        return ks, False
-
-    def _rounds(self, rows, at, u, thr, k, track_best):
-        """_round over ``rows`` in pieces of at most _CHUNK_ELEMENTS (candidates x boxes)."""
-        step = max(1, _CHUNK_ELEMENTS // max(1, k * self.real.shape[1]))
-        parts = [self._round(rows[c:c + step], at[c:c + step], u[c:c + step], thr[c:c + step], k, track_best)
-                 for c in range(0, max(1, rows.size), step)]
-        found, anchor, shape, keep = (np.concatenate([x[i] for x in parts]) for i in range(4))
-        top = tuple(np.concatenate([x[4][i] for x in parts]) for i in range(4)) if track_best else None
-        return found, anchor, shape, keep, top
-
-    def _round(self, rows, at, u, thr, k, track_best):
-        """A round of ``k`` candidates for each of ``rows`` (sample indices, repeats allowed): (found,
-        anchor (rows, nd), shape, kept boxes (rows, most boxes), top): the window where found; with
-        ``track_best`` top is the round's best (score (-inf: none), anchor, shape, kept boxes).
-        ``at``: where each row's anchor draws start in its stream; ``u``: its shape draws."""
-        r, nd, most = rows.size, self.nd, self.real.shape[1]
-        shape = self._shapes(u, k, rows)  # per dimension, (rows, k)
-
-        def window(local, j):  # anchors and shapes of candidates j of rows local (broadcast)
-            return self._anchors(rows[local], at[local], shape, local, j), [x[local, j] for x in shape]
-        out = (np.zeros(r, bool), np.zeros((r, nd)), np.ones((r, nd)), np.zeros((r, most), bool))
-        shaped = ~np.isnan(shape[0])
-        boxed = self.counts[rows] > 0
-        empty = np.flatnonzero(~boxed)  # no boxes: the first window of a valid shape
-        empty = empty[shaped[empty].any(1)]
-        _put(out, empty, *window(empty, shaped[empty].argmax(1)), None)
-        # The candidates that may be valid, in order, packed to the left of each row ((local) rows
-        # with boxes only); candidates ruled out (bad shape, or an IoU bound) are invalid anyway.
-        left = np.flatnonzero(boxed)
-        maybe = shaped[left] & self._may_meet(rows[left], thr[left], shape, left, track_best)
-        count = maybe.sum(1)
-        order = np.argsort(~maybe, 1, kind="stable")[:, :int(count.max(initial=0))]
-        if track_best:  # the best score of the round, its window, its boxes
-            top = (np.full(r, -np.inf), np.zeros((r, nd)), np.ones((r, nd)), np.zeros((r, most), bool))
-        start, pos = 0, np.arange(left.size)  # pos: each left row's row in order/count
-        for stop in (4, 16, order.shape[1]):
-            more = count[pos] > start  # the others have no candidate left
-            left, pos = left[more], pos[more]
-            if stop <= start or not left.size:
-                continue
-            cand = order[pos, start:stop]  # (rows, c) candidate indices, padded by repeats
-            real = np.arange(start, start + cand.shape[1])[None, :] < count[pos, None]
-            anchor, size = window(left[:, None], cand)
-            valid, kept, score = self._judge(rows[left], thr[left], anchor, size, track_best)
-            valid &= real
-            hit = valid.any(1)
-            j = valid.argmax(1)[hit]
-            _put(out, left[hit], [x[hit, j] for x in anchor], [x[hit, j] for x in size], kept[hit, :, j])
-            if track_best:  # the first maximum over all blocks: a later block must beat it
-                score = np.where(real, score, -np.inf)
-                j = score.argmax(1)
-                best = score[np.arange(left.size), j]
-                up = best > top[0][left]
-                top[0][left[up]] = best[up]
-                j = j[up]
-                _put(top, left[up], [x[up, j] for x in anchor], [x[up, j] for x in size], kept[up, :, j])
-            left, pos = left[~hit], pos[~hit]
-            start = stop
-        return (*out, top if track_best else None)
-
-    def _may_meet(self, rows, thr, shape, local, track_best):
-        """(rows, k): False where the window's area alone rules out an IoU of ``thr`` with every
-        box (with any box, for all_boxes_above_threshold=False): IoU <= min(area) / max(area), and
-        the computed IoU stays within a few ulps of that bound, far inside the 1e-9 margin."""
-        a = self.args
-        if track_best or a["threshold_type"] != "iou":
-            return np.ones((rows.size, 1), bool)  # (every candidate's score counts)
-        area = reduce(np.multiply, [x[local] for x in shape])
-        t = (thr * (1 - 1e-9))[:, None]
-        big, small = self.area_max[rows, None], self.area_min[rows, None]
-        if a["all_boxes_above_threshold"]:
-            return (area >= t * big) & (small >= t * area)
-        return (area >= t * small) & (big >= t * area)
-
-    def _shapes(self, u, k, rows):
-        """RandomBBoxCrop._candidates' window shapes for each row, per dimension (rows, k); NaN where
-        the aspect checks fail. ``u``: each row's shape draws."""
-        r, nd = u.shape[0], self.nd
-        if self.crop_shape is not None:
-            size = self.crop_shape[rows] / self.in_shape[rows]
-            return [np.broadcast_to(size[:, d:d + 1], (r, k)) for d in range(nd)]
-        in_shape = None if self.in_shape is None else self.in_shape[rows]
-        smin, smax = self.args["scaling"]
-        ar = np.asarray(self.args["aspect_ratio"]).reshape(-1, 2)
-        if nd == 3 and ar.shape[0] == 1:
-            ar = np.repeat(ar, 3, 0)
-        first = smin + (smax - smin) * u[:, :k]  # SampleRNG.uniform: low + (high - low) * u
-        rel = np.ones((1, nd)) if in_shape is None else in_shape
-        shape = [first]
-        for d in range(1, nd):
-            ratio = ar[d - 1, 0] + (ar[d - 1, 1] - ar[d - 1, 0]) * u[:, d * k:(d + 1) * k]
-            shape.append(first * rel[:, 0:1] / (ratio * rel[:, d:d + 1]))
-        ok = np.ones(first.shape, bool)
-        for x in shape:
-            ok &= x <= 1.0
-            if in_shape is None:
-                ok &= (x >= smin - 1e-7) & (x <= smax + 1e-7)
-        if nd == 3:
-            yz = (shape[1] * rel[:, 1:2]) / (shape[2] * rel[:, 2:3])
-            ok &= (yz >= ar[2, 0] * (1 - 1e-6)) & (yz <= ar[2, 1] * (1 + 1e-6))
-        return [np.where(ok, x, np.nan) for x in shape]
-
-    def _anchors(self, samples, at, shape, local, j):
-        """RandomBBoxCrop._candidates' anchors of candidates ``j`` of rows ``local`` (broadcast
-        together), per dimension: their draws are read here (``at``: where a row's anchor draws
-        start; candidate j's are at + j * nd + d)."""
-        nd = self.nd
-        u = key_uniforms_at(self.keys[samples][..., None], (at + j * nd)[..., None] + np.arange(nd))
-        if self.crop_shape is not None:  # whole pixels: floor(u * span) / input_shape
-            size = self.in_shape[samples]
-            span = (size - self.crop_shape[samples] + 1).astype(np.int64)
-            return [np.minimum(np.floor(u[..., d] * span[..., d]), span[..., d] - 1) / size[..., d] for d in range(nd)]
-        return [(0.0 + (1.0 - 0.0) * u[..., d]) * (1.0 - shape[d][local, j]) for d in range(nd)]
-
-    def _judge(self, rows, thr, anchor, shape, track_best):
-        """Candidates (per dimension, (rows, c)) against the rows' boxes, as _search judges them:
-        (valid (rows, c), kept boxes (rows, boxes, c), score (rows, c) or None)."""
-        a = self.args
-        real = self.real[rows][:, :, None]
-        ends = [(x[:, None, :], (x + y)[:, None, :]) for x, y in zip(anchor, shape)]
-        inter = reduce(np.multiply, [  # RandomBBoxCrop._metrics, with the boxes on axis 1
-            np.clip(np.minimum(hi[rows][:, :, None], a1) - np.maximum(lo[rows][:, :, None], a0), 0, None)
-            for lo, hi, (a0, a1) in zip(self.lo, self.hi, ends)])
-        box_area = self.area[rows][:, :, None]
-        frac = np.divide(inter, box_area, out=(inter > 0).astype(np.float64), where=box_area > 0)
-        if a["threshold_type"] == "overlap":
-            metric = frac
-        else:
-            union = box_area + reduce(np.multiply, shape)[:, None, :] - inter
-            metric = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-        p = a["bbox_prune_threshold"]
-        kept = (frac >= p) & (frac > 0) if p is not None else reduce(np.logical_and, [
-            (c[rows][:, :, None] >= a0) & (c[rows][:, :, None] <= a1) for c, (a0, a1) in zip(self.centre, ends)])
-        kept &= real
-        meets = metric >= thr[:, None, None]
-        ok = (meets | ~real).all(1) if a["all_boxes_above_threshold"] else (meets & real).any(1)
-        shaped = ~np.isnan(shape[0])
-        valid = shaped & ok & kept.any(1)
-        score = np.where(shaped, np.where(real, metric, np.inf).min(1), -np.inf) if track_best else None
-        return valid, kept, score
