@@ -17,7 +17,12 @@ from clips import H264, write_clip  # noqa: E402
 
 from stoker import fn, pipeline_def, types  # noqa: E402
 
-MEAN_TOL, MAX_TOL = 3.0, 40  # levels: NVDEC's color conversion vs swscale's (chroma siting, rounding)
+# Levels. NVDEC's YUV -> RGB kernel and swscale (the CPU reader's) upsample 4:2:0 chroma differently,
+# which is invisible on smooth content and up to ~100 levels on the few pixels at a sharp colour edge
+# (the test pattern's gradients wrap from 255 to 0). So: the mean over each sequence, which a wrong
+# frame or a wrong colour matrix moves well past 3 (the pattern shifts 7-29 levels a frame), and a
+# high percentile rather than the maximum.
+MEAN_TOL, P99_TOL = 3.0, 24
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +76,8 @@ def test_gpu_matches_cpu(clips, kw):
             scale = 255.0 if kw.get("normalized") else 1.0
             assert a.shape == b.shape and g[0][k].dtype == w[0][k].dtype
             d = np.abs(a - b) * scale
-            assert d.mean() <= MEAN_TOL and d.max() <= MAX_TOL, (gs[k], d.mean(), d.max())
+            p99 = float(np.percentile(d, 99))
+            assert d.mean() <= MEAN_TOL and p99 <= P99_TOL, (gs[k], d.mean(), p99, d.max())
             for j in range(1, len(w)):
                 np.testing.assert_array_equal(g[j][k], w[j][k])
 
