@@ -159,6 +159,11 @@ class Settings:
     stage_queues: Setting[bool] = Setting(
         True, FLAG, "One prefetch queue per stage (0: one queue of cpu_size).", user=False)
     # Readers
+    jpeg_structure_check: Setting[bool | None] = Setting(
+        None, _or_auto(FLAG), "Mixed decoders with strict on check each JPEG's marker structure and decode broken "
+        "files on the CPU, which refuses them (readers.file's I/O process does the check). It costs the GPU "
+        "training pipeline about half its speed on an H100 (the I/O process is the limit), so auto turns it on "
+        "only under on_error='skip' or 'substitute'.")
     reader_process: Setting[bool | None] = Setting(
         None, _or_auto(FLAG), "readers.file reads files in a helper process; auto: with 4+ pipeline threads "
         "on Linux.")

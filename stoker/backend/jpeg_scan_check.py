@@ -40,6 +40,20 @@ _RST0 = 0xD0
 _local = threading.local()
 
 
+def structure_check_wanted(strict: bool, on_error: str | None) -> bool:
+    """Whether the mixed decoders run this check: the decoder is strict and the
+    ``jpeg_structure_check`` setting says so (auto: only under on_error 'skip' / 'substitute',
+    where a damaged file is to be dropped; on an H100 the check, done by readers.file's I/O
+    process, halved the GPU training pipeline's speed, so it is not the default under 'raise').
+    ``on_error`` None: the pipeline's policy is unknown (taken as 'raise')."""
+    if not strict:
+        return False
+    from stoker import settings
+
+    wanted = settings.get().jpeg_structure_check
+    return bool(wanted) if wanted is not None else on_error in ("skip", "substitute")
+
+
 def _scratch(n: int) -> np.ndarray:
     """A reused uint8 work buffer of at least ``n`` bytes, one per thread. Why: a fresh array per
     file costs page faults that, measured, cost more than the comparisons themselves."""

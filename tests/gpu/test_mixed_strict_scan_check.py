@@ -68,7 +68,8 @@ def _pipe(root, on_error, strict):
     return pipe
 
 
-def test_strict_names_the_damaged_file(root, hardware):
+def test_strict_names_the_damaged_file(root, hardware, stoker_settings):
+    stoker_settings(jpeg_structure_check=True)  # (auto: checked under skip / substitute only)
     pipe = _pipe(root, "raise", True)
     try:
         with pytest.raises(OperatorError) as info:

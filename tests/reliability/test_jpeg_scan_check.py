@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from reliability_images import jpeg_bytes, photo
 
-from stoker import types
+from stoker import settings, types
 from stoker.backend.jpeg_header import frame_hint
-from stoker.backend.jpeg_scan_check import damaged, scan_problem
+from stoker.backend.jpeg_scan_check import damaged, scan_problem, structure_check_wanted
 from stoker.operators.decoders import _hardware_path, mixed
 from stoker.operators.decoders.cpu import ImageDecodeError, decode_cpu
 
@@ -106,6 +106,28 @@ def _op(strict: bool, max_pixels: int = 0):
     return type("Op", (), {"max_pixels": max_pixels, "strict": strict})()
 
 
+@pytest.fixture
+def check_on():
+    """The structure check switched on whatever the on_error policy (auto: skip / substitute only)."""
+    with settings.override(jpeg_structure_check=True):
+        yield
+
+
+def test_the_check_runs_by_default_only_where_damaged_files_are_to_be_dropped():
+    assert structure_check_wanted(True, "skip") and structure_check_wanted(True, "substitute")
+    assert not structure_check_wanted(True, "raise") and not structure_check_wanted(True, None)
+    assert not structure_check_wanted(False, "skip")
+    with settings.override(jpeg_structure_check=True):
+        assert structure_check_wanted(True, "raise") and not structure_check_wanted(False, "raise")
+    with settings.override(jpeg_structure_check=False):
+        assert not structure_check_wanted(True, "skip")
+    files = [np.frombuffer(hc.jpeg_rst_swapped(), np.uint8)]
+    on_skip = type("Ctx", (), {"on_error": "skip"})()
+    assert mixed.strict_sound(_op(True), files, [0], None, on_skip) == []
+    assert mixed.strict_sound(_op(True), files, [0]) == [0]  # policy unknown: as 'raise', no check
+
+
+@pytest.mark.usefixtures("check_on")
 @pytest.mark.parametrize("strict", [True, False])
 def test_mixed_routing_sends_flagged_files_to_the_cpu_only_under_strict(monkeypatch, strict):
     files = {"good": hc._pil("JPEG", photo(48, 64, seed=1)), "restart": hc.jpeg_restart(),
@@ -126,6 +148,7 @@ def test_mixed_routing_sends_flagged_files_to_the_cpu_only_under_strict(monkeypa
     assert mixed.strict_sound(object(), arrays, [0, 2]) == [0, 2]  # no strict attribute: unchanged
 
 
+@pytest.mark.usefixtures("check_on")
 def test_strict_sound_reads_the_io_process_flag_when_the_hints_have_it():
     """readers.file's I/O process sends the check's result as a seventh hint column: the
     decoders then use it (here it marks a sound file, so only the column can exclude it)."""

@@ -97,7 +97,7 @@ def _cheapest_on_the_host(eligible: list, wins: list, sizes: np.ndarray, count: 
     return sorted(idx[np.argsort(cost, kind="stable")[:count]].tolist())
 
 
-def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
+def _scan(op, arrays: list, hints, batch=None) -> tuple[list, np.ndarray, list]:
     """(heads, sizes, eligible) of a batch: each sample's (code stream or None, codec, h, w),
     its (h, w) as an (N, 2) array (zero where unknown or over ``max_pixels`` or ``max_aspect_ratio``: no slot, the CPU
     decoder refuses it with the reason), and the samples for the engines. ``hints``: the frame
@@ -124,7 +124,7 @@ def _scan(op, arrays: list, hints) -> tuple[list, np.ndarray, list]:
         mask &= ~over
     # strict: JPEGs with a broken scan structure go to the CPU decoder, which names them (the
     # engines decode them into garbage silently); they keep their size, decoded there
-    return heads, sizes, strict_sound(op, arrays, np.flatnonzero(mask).tolist(), hints)
+    return heads, sizes, strict_sound(op, arrays, np.flatnonzero(mask).tolist(), hints, batch)
 
 
 def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=None) -> dict:
@@ -139,7 +139,7 @@ def prepare_hardware(op, kind, batch, enc, arg_inputs, st, hints=None, located=N
     arrays = [np.asarray(d) for d in enc]
     if located is not None and len(located[0]) != n:
         located = None
-    heads, sizes, eligible = _scan(op, arrays, hints)
+    heads, sizes, eligible = _scan(op, arrays, hints, batch)
     wins, win_arr = _windows(op, kind, batch, arg_inputs, sizes)
     st.timing["prep_scan_s"] += time.perf_counter() - clock["prepare"]  # headers and windows
     shapes = np.zeros((n, 3), np.int64)

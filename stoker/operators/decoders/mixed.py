@@ -385,7 +385,7 @@ def _cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, gray, i):
         raise op.sample_failure(e, batch, i) from e
 
 
-def strict_sound(op, arrays, idx: list, hints=None) -> list:
+def strict_sound(op, arrays, idx: list, hints=None, batch=None) -> list:
     """The samples of ``idx`` that may decode on the GPU as far as ``strict`` is concerned: all of
     them when the decoder's ``strict`` is off; else those whose JPEG structure passes
     :func:`stoker.backend.jpeg_scan_check.scan_problem`. Why: the GPU decoders turn damaged
@@ -393,7 +393,9 @@ def strict_sound(op, arrays, idx: list, hints=None) -> list:
     structure goes to the CPU decoder, which (strict) fails it with its name, as on device='cpu'.
     ``hints``: the batch's frame hints; readers.file's I/O process adds the check's result as a
     seventh column, so that the pipeline's process spends nothing on it."""
-    if not idx or not getattr(op, "strict", False):
+    from stoker.backend.jpeg_scan_check import structure_check_wanted
+
+    if not idx or not structure_check_wanted(getattr(op, "strict", False), getattr(batch, "on_error", None)):
         return idx
     if hints is not None and np.ndim(hints) == 2 and np.shape(hints)[1] > 6 and len(hints) == len(arrays):
         bad = np.asarray(hints)[idx, 6] != 0
@@ -451,7 +453,7 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     over = over_limits(op, [hd[2] for hd in heads], [hd[3] for hd in heads]).tolist() if heads else []
     gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and has_end_marker(enc[i])
                and not over[i]] if on_gpu else []
-    gpu_idx = strict_sound(op, enc, gpu_idx, _frame_hints(inputs[0]))
+    gpu_idx = strict_sound(op, enc, gpu_idx, _frame_hints(inputs[0]), batch)
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]

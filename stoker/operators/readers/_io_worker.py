@@ -232,14 +232,15 @@ def _serve(sock: socket.socket) -> None:
         except EOFError:
             return
         slots.release(freed)
+        # want_hints: 0 none, 1 frame hints, 2 frame hints and the structure check's flag
         k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None,
-                                                                 check if want_hints else None)
+                                                                 check if want_hints == 2 else None)
         if fd >= 0:
             socket.send_fds(sock, [b"F"], [fd])
         else:
             sock.sendall(b"N")
         _send_msg(sock, (k, capacity, offsets, sizes, errors, hints))
-        if not check_loaded:  # after the first batch, which NumPy's import must not delay
+        if want_hints == 2 and not check_loaded:  # after the batch, which NumPy's import must not delay
             check, check_loaded = _load_structure_check(), True
 
 
@@ -371,13 +372,14 @@ class ReadWorker:
         with self.freed_lock:
             self.freed.append(k)
 
-    def read(self, paths: list, scan_frames: bool = True):
+    def read(self, paths: list, scan_frames: bool = True, check_structure: bool = False):
         """(samples, errors, hints, located): 1D uint8 arrays (read-only views of a shared
         mapping; None where reading failed), {position: reason}, each file's JPEG frame hint as
         an (N, 6) int64 array (:func:`stoker.backend.jpeg_header.frame_hint`; (N, 7) with the
         structure check's flag, see :func:`_read_batch`; None when the
         helper could not scan or ``scan_frames`` is false), and the samples' (addresses, byte sizes) as
         two uint64 arrays (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`).
+        ``check_structure``: the hints get the structure check's flag (from the second such batch).
         ``paths``: whole files, or (path, offset, size) byte ranges (a container's records). The
         mapping is reused for a later batch once every sample of this one is gone."""
         import weakref
@@ -386,7 +388,7 @@ class ReadWorker:
         with self.lock:
             with self.freed_lock:
                 freed, self.freed = self.freed, []
-            _send_msg(self.sock, (list(paths), freed, scan_frames))
+            _send_msg(self.sock, (list(paths), freed, (2 if check_structure else 1) if scan_frames else 0))
             msg, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
             if not msg:
                 raise EOFError("the reader's I/O process exited")

@@ -125,6 +125,11 @@ class FileReader(IndexedReader):
         helper no longer wanted is stopped; one wanted starts on the next batch."""
         self._batch_size = max(1, pipe.batch_size)
         self._use_worker = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
+        # the mixed decoders' JPEG structure check (strict), done by the I/O process when wanted
+        from stoker.backend.jpeg_scan_check import structure_check_wanted
+
+        self._check_structure = getattr(pipe, "device_id", None) is not None and \
+            structure_check_wanted(True, getattr(pipe, "on_error", None))
         if not self._use_worker and self._worker is not None:
             self.close()
 
@@ -251,7 +256,8 @@ class FileReader(IndexedReader):
             if pending is not None and pending[0] == paths:
                 samples, errors, hints, located = pending[1].result()
             else:
-                samples, errors, hints, located = worker.read(paths)
+                samples, errors, hints, located = worker.read(
+                    paths, check_structure=getattr(self, "_check_structure", False))
         except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
             _log.warning("readers.file: the I/O helper process failed (%s); reading in this process", e)
             self.close()

@@ -75,12 +75,13 @@ def test_the_io_process_sends_each_files_hint(tmp_path):
     paths.insert(3, str(tmp_path / "missing.jpg"))
     w = ReadWorker()
     try:
-        first = w.read(paths)[2]
-        samples, errors, hints, _ = w.read(paths)
+        plain = w.read(paths)[2]
+        first = w.read(paths, check_structure=True)[2]
+        samples, errors, hints, _ = w.read(paths, check_structure=True)
     finally:
         w.close()
-    # the structure check is loaded after the first batch (its NumPy import must not delay it)
-    assert first.shape == (len(paths), 6) and (first == hints[:, :6]).all()
+    # the structure check is loaded after the first batch that asks (NumPy's import must not delay it)
+    assert plain.shape == first.shape == (len(paths), 6) and (first == hints[:, :6]).all()
     assert list(errors) == [3]
     # six frame-hint values, then the structure check's flag (stoker.backend.jpeg_scan_check)
     assert hints.shape == (len(paths), 7) and hints.dtype == np.int64
@@ -108,8 +109,8 @@ def test_the_io_process_flags_jpegs_with_a_broken_structure(tmp_path):
         paths.append(str(tmp_path / f"{name}.jpg"))
     w = ReadWorker()
     try:
-        w.read(paths)
-        _, errors, hints, _ = w.read(paths)
+        w.read(paths, check_structure=True)
+        _, errors, hints, _ = w.read(paths, check_structure=True)
     finally:
         w.close()
     assert not errors
