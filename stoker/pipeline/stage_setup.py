@@ -35,13 +35,12 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
 def _start_batch_offload(graph: Graph, num_threads: int):
     """The helper process for CPU operators that opt in to it (stoker.pipeline.batch_offload),
     started now so that it is ready by the first batches; None when no such operator is in the
-    graph or the setting says no. Auto: pipelines with a GPU stage (whose host work competes
-    with the CPU stage for the GIL) and 4+ threads, on Linux; a CPU-only pipeline computes them
-    in its own process, where sending the batch out and back costs more than it frees."""
+    graph or the setting says no. Auto is off: on an H100 the SSD-style pipeline ran no faster
+    with the helper than without, in two runs (9,036 against 9,265 img/s and 8,406 against 9,245,
+    benchmarks/RESULTS.md): the CPU stage still waits for the batch to come back, and after the
+    operators' own speed-ups the round trip costs about what the GIL time it frees is worth."""
     wanted = settings.get().batch_offload
-    if wanted is False or not hasattr(os, "memfd_create"):
-        return None
-    if wanted is None and (num_threads < 4 or not graph.gpu_nodes):
+    if not wanted or not hasattr(os, "memfd_create"):
         return None
     if not any(getattr(graph.instances[n.id], "offload_cpu", False) for n in graph.cpu_nodes):
         return None

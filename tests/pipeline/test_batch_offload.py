@@ -122,7 +122,8 @@ def test_off_with_few_threads_by_default():
     pipe.close()
 
 
-def test_on_by_default_for_a_gpu_pipeline_with_threads():
+def test_off_by_default_even_for_a_gpu_pipeline_with_threads(stoker_settings):
+    """Auto is off (measured no faster on an H100); the setting turns it on."""
     import os
     import sys
 
@@ -137,6 +138,13 @@ def test_on_by_default_for_a_gpu_pipeline_with_threads():
                 source=lambda info: _labels(info.idx_in_epoch), batch=False), bbox_layout="xyXY")
             return anchor.gpu(), shape
 
+        pipe = p()
+        pipe.build()
+        try:
+            assert _helper(pipe) is None
+        finally:
+            pipe.close()
+        stoker_settings(batch_offload=True)
         pipe = p()
         pipe.build()
         try:
