@@ -26,8 +26,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
-STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
 def build(root: str, device: str, kind: str, batch: int, threads, depth):
@@ -38,22 +36,11 @@ def build(root: str, device: str, kind: str, batch: int, threads, depth):
     device_id = 0 if device == "gpu" else None
 
     @pipeline_def(batch_size=batch, num_threads=threads, prefetch_queue_depth=depth, device_id=device_id, seed=1)
-    def cpu_train():
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
-        imgs = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
-        imgs = fn.resize(imgs, resize_x=224, resize_y=224)
-        imgs = fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
-                                        mirror=fn.random.coin_flip())
-        return imgs, labels
+    def cpu_pipe():
+        sys.path.insert(0, HERE)
+        from cpu_pipeline import cpu_graph
 
-    @pipeline_def(batch_size=batch, num_threads=threads, prefetch_queue_depth=depth, device_id=device_id, seed=1)
-    def cpu_val():
-        jpegs, labels = fn.readers.file(file_root=root, name="r")
-        imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-        imgs = fn.resize(imgs, resize_shorter=256)
-        imgs = fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
-                                        mean=MEAN, std=STD)
-        return imgs, labels
+        return cpu_graph(fn, types, root, kind)
 
     @pipeline_def(batch_size=batch, num_threads=threads, prefetch_queue_depth=depth, device_id=device_id, seed=1)
     def gpu_pipe(shuffle):
@@ -66,7 +53,7 @@ def build(root: str, device: str, kind: str, batch: int, threads, depth):
     if device == "gpu":
         pipe = gpu_pipe(kind == "train")
     else:
-        pipe = cpu_train() if kind == "train" else cpu_val()
+        pipe = cpu_pipe()
     pipe.build()
     return pipe
 

@@ -33,6 +33,22 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
+def cpu_graph(fn, types, root: str, kind: str):
+    """The train or val pipeline's graph (images, labels) with ``fn`` / ``types`` of either library
+    (also benchmarks/auto_tuning.py's CPU pipelines)."""
+    if kind == "train":
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+        imgs = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+        imgs = fn.resize(imgs, resize_x=224, resize_y=224)
+        return fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
+                                        mirror=fn.random.coin_flip()), labels
+    jpegs, labels = fn.readers.file(file_root=root, name="r")
+    imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+    imgs = fn.resize(imgs, resize_shorter=256)
+    return fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+                                    mean=MEAN, std=STD), labels
+
+
 def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
     if lib.startswith("stoker"):
         if lib == "stoker-unfused":
@@ -46,24 +62,10 @@ def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
         from nvidia.dali import pipeline_def
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
-    def train():
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
-        imgs = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
-        imgs = fn.resize(imgs, resize_x=224, resize_y=224)
-        imgs = fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
-                                        mirror=fn.random.coin_flip())
-        return imgs, labels
+    def pipe_fn():
+        return cpu_graph(fn, types, root, kind)
 
-    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
-    def val():
-        jpegs, labels = fn.readers.file(file_root=root, name="r")
-        imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-        imgs = fn.resize(imgs, resize_shorter=256)
-        imgs = fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
-                                        mean=MEAN, std=STD)
-        return imgs, labels
-
-    pipe = train() if kind == "train" else val()
+    pipe = pipe_fn()
     pipe.build()
     return pipe.run
 

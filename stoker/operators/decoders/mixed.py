@@ -453,7 +453,8 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> dict:
     over = over_limits(op, [hd[2] for hd in heads], [hd[3] for hd in heads]).tolist() if heads else []
     gpu_idx = [i for i, hd in enumerate(heads) if hd[1] in _GPU_CODECS and has_end_marker(enc[i])
                and not over[i]] if on_gpu else []
-    gpu_idx = strict_sound(op, enc, gpu_idx, _frame_hints(inputs[0]), batch)
+    # (only readers.file's I/O process sends the check's flag: no bulk scan here for it)
+    gpu_idx = strict_sound(op, enc, gpu_idx, getattr(inputs[0], "_frame_hints", None), batch)
     n_cpu_jpeg = int(round(len(gpu_idx) * st.cpu_share))
     cpu_idx = sorted(set(range(n)) - set(gpu_idx)) + gpu_idx[len(gpu_idx) - n_cpu_jpeg:]
     gpu_idx = gpu_idx[:len(gpu_idx) - n_cpu_jpeg]

@@ -98,45 +98,37 @@ class _Slots:
                 self.slots[k][3] = True
 
 
-def _load_header_scan():
-    """:func:`stoker.backend.jpeg_header.frame_hint`, loaded by path: the helper starts without
-    stoker (importing the package would pull in NumPy and more), and that module needs only
-    the standard library. None when it cannot be loaded (the decoders then scan themselves)."""
+def _load_backend_function(filename: str, name: str):
+    """Function ``name`` of ``stoker/backend/<filename>``, loaded by path: the helper starts without
+    stoker (importing the package would pull in NumPy and more). None when it cannot be loaded."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "backend",
-                        "jpeg_header.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "backend", filename)
     try:
-        spec = importlib.util.spec_from_file_location("_stoker_jpeg_header", path)
+        spec = importlib.util.spec_from_file_location("_stoker_" + filename[:-3], path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module.frame_hint
+        return getattr(module, name)
     except (OSError, ImportError, AttributeError, SyntaxError):
         return None
+
+
+def _load_header_scan():
+    """:func:`stoker.backend.jpeg_header.frame_hint` (that module needs only the standard library);
+    None when it cannot be loaded (the decoders then scan themselves)."""
+    return _load_backend_function("jpeg_header.py", "frame_hint")
 
 
 def _load_structure_check():
-    """:func:`stoker.backend.jpeg_scan_check.scan_problem`, loaded by path as
-    :func:`_load_header_scan` loads its module. It runs here for the mixed decoders' ``strict``
-    mode: tens of microseconds a file in a process of its own rather than in the pipeline's, under
-    its GIL. It needs NumPy, which this helper (started without site-packages) imports from the
-    folder the pipeline's process named (``_STOKER_HELPER_NUMPY``: where its own NumPy lies). None
-    when it cannot be loaded (the decoders then check in the pipeline's process)."""
-    import importlib.util
-
+    """:func:`stoker.backend.jpeg_scan_check.scan_problem`. It runs here for the mixed decoders'
+    ``strict`` mode: tens of microseconds a file in a process of its own rather than in the
+    pipeline's, under its GIL. It needs NumPy, which this helper (started without site-packages)
+    imports from the folder the pipeline's process named (``_STOKER_HELPER_NUMPY``: where its own
+    NumPy lies). None when it cannot be loaded (the decoders then check in the pipeline's process)."""
     where = os.environ.get("_STOKER_HELPER_NUMPY")
     if where and where not in sys.path:
         sys.path.append(where)
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "backend",
-                        "jpeg_scan_check.py")
-    try:
-        spec = importlib.util.spec_from_file_location("_stoker_jpeg_scan_check", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.scan_problem
-    except (OSError, ImportError, AttributeError, SyntaxError):
-        return None
+    return _load_backend_function("jpeg_scan_check.py", "scan_problem")
 
 
 def _sizes_of(entries: list) -> tuple[list, dict]:
