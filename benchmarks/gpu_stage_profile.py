@@ -3,8 +3,8 @@ profile of every thread (what each stage thread is doing or waiting for).
 
     python benchmarks/gpu_stage_profile.py DATA_DIR [--kinds train,val] [--seconds 4] [--profile] [--replay N]
 
-Runs the standard training / validation pipelines of shared/bench/gpu_bench.py
-(batch 256, 16 threads) for ``--seconds`` each after a warm-up and prints
+Runs the standard training / validation pipelines of shared/bench/gpu_bench.py, or any
+pipeline of ``op_zoo.PIPELINES`` by name (batch 256, 16 threads), for ``--seconds`` each after a warm-up and prints
 images/s, milliseconds per batch of each executor stage and operator, and the
 mixed decoder's own timers (hardware call, waits). ``--profile`` adds a
 statistical profile: every 3 ms the innermost frame of each thread is counted,
@@ -238,8 +238,13 @@ def build(kind: str, root: str):
     import stoker.types as types
     from stoker import pipeline_def
 
-    @pipeline_def(batch_size=B, num_threads=16, device_id=0, seed=1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import op_zoo
+
+    @pipeline_def(batch_size=B, num_threads=16, device_id=0, seed=1, enable_conditionals=kind in op_zoo.CONDITIONAL)
     def pipe():
+        if kind not in ("train", "val"):  # a pipeline of benchmarks/op_zoo.py
+            return op_zoo.PIPELINES[kind](fn, types, root)
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=(kind == "train"), name="r")
         if kind == "train":
             images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
