@@ -24,8 +24,9 @@ subprocess (libraries interleaved per round), each printing one JSON line:
   and ``readers.video`` + ``fn.resize`` (NVDEC); DALI's CPU video readers decode neither H.264
   nor HEVC (DALI 2.4), so with ``--device cpu`` DALI is skipped with a note;
 * pyav ``decode+cv2``: the baseline, always on the CPU: ``--threads`` threads, each decoding
-  whole clips straight through with PyAV (``to_ndarray(format="rgb24")``: swscale's direct
-  4:2:0 to RGB, where stoker goes through 4:4:4 for DALI's colours) and resizing each frame with
+  whole clips straight through with PyAV (``to_ndarray(format="rgb24")``: swscale's fast 4:2:0
+  to RGB, chroma per 2x2 block, where stoker converts with the accurate, full-chroma flags of DALI's
+  CPU decoder and resizes in swscale after that conversion) and resizing each frame with
   ``cv2.resize(INTER_AREA)`` (antialiased, as stoker's and DALI's resize are by default),
   grouped into windows as the readers do.
 

@@ -7,7 +7,9 @@ frames from one clip; windows start every ``step`` frames (default:
 ``pad_sequences``, while its first frame is in the clip (the missing frames
 are zero, their frame numbers and timestamps -1). Clips are listed and
 demuxed once at build (:mod:`stoker.operators.video._listing`); a sample seeks
-to the key frame before its window and decodes only from there.
+to the key frame before its window and decodes only from there, or, when an
+earlier window of the clip stopped before it with no key frame between,
+decodes on from there (:mod:`stoker.operators.video._pool`).
 
 Outputs, in DALI's order: the frames ``(F, H, W, C)`` layout "FHWC" (uint8,
 or float32 with ``dtype=types.FLOAT``, divided by 255 with ``normalized``);
@@ -33,7 +35,7 @@ from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.operators.video import _av, _listing
+from stoker.operators.video import _av, _listing, _pool
 
 _FRAME_NUM = {"none": None, "false": None, "0": None, "scalar": "scalar", "true": "scalar", "1": "scalar",
               "sequence": "sequence"}
@@ -133,6 +135,7 @@ class VideoReader(IndexedReader):
         if a["channels"] not in (want_c, 3):
             raise self._arg_error("channels", f"must be {want_c} for image_type {a['image_type'].name}")
         self._outputs = video_outputs(a)
+        self._decoders = _pool.DecoderPool()
 
     def output_layouts(self, input_layouts):
         return ["FHWC"] + [""] * (len(self._outputs) - 1)
@@ -175,13 +178,30 @@ class VideoReader(IndexedReader):
     # --- reading --------------------------------------------------------------------------------
     def load_sample(self, i: int) -> tuple:
         clip, idx = self.window(i)
-        frames = _av.decode_frames(clip.path, clip.info, idx[idx >= 0], repr(clip.path), self.args["image_type"])
-        video = self.transform(self.assemble(frames, idx, clip))
+        size = self.decode_size(clip)
+        real = idx[idx >= 0]
+        decoder = self._decoders.acquire(clip.path, clip.path, clip.info, int(real.min()), repr(clip.path))
+        frames = _av.decode_frames(clip.path, clip.info, real, repr(clip.path), self.args["image_type"], size,
+                                   decoder=decoder)
+        self._decoders.release(clip.path, decoder)  # (a decoder that raised is closed and not returned)
+        video = self.assemble(frames, idx, clip)
+        if size is None:
+            video = self.transform(video)
         return (self.convert(video), *self.extras(clip, idx))
 
+    def decode_size(self, clip) -> tuple[int, int] | None:
+        """``(height, width)`` the decoder resizes frames of ``clip`` to (here: None, as decoded)."""
+        return None
+
     def transform(self, video: np.ndarray) -> np.ndarray:
-        """What a subclass does to the uint8 FHWC frames before the dtype conversion (here: nothing)."""
+        """What a subclass does to the uint8 FHWC frames before the dtype conversion when the decoder
+        did not resize them (here: nothing)."""
         return video
+
+    def close(self) -> None:
+        """Close the open decoders (and what the base reader holds)."""
+        super().close()
+        self._decoders.close()
 
     def assemble(self, frames: dict, idx: np.ndarray, clip) -> np.ndarray:
         """The window's FHWC uint8 frames, zero frames for padding."""

@@ -6,11 +6,18 @@ those timestamps and which frames are key frames by demuxing only (no decode),
 so that :func:`decode_frames` can seek to the key frame before each run of
 wanted frames and decode from there, never the whole clip.
 
-Colors: frames are converted to RGB by swscale after upsampling the chroma to
-4:4:4 (two steps). A direct 4:2:0 to RGB conversion in swscale takes each
-chroma sample for a 2x2 block of pixels, which differs from DALI's CPU video
-decoder by up to ~80 levels at sharp color edges; through 4:4:4 it agrees
-within 2 levels (tests/operators/video/test_video_decoder.py).
+Colors: frames are converted to RGB by one swscale call with accurate rounding
+and full-resolution chroma (``_RGB_FLAGS``): the chroma is interpolated, not
+taken for a 2x2 block of pixels. That is the conversion DALI's CPU video
+decoder makes: its frames and stoker's are equal, level for level
+(tests/operators/video/test_video_decoder.py), and it is one pass where
+upsampling to 4:4:4 first took two.
+
+Sizes: :func:`decode_frames` can also resize each frame in swscale
+(``size``): the frame is converted as above to planar RGB, then its planes are
+resampled by swscale's bilinear filter, which widens with the downscale as
+DALI's antialiased linear ``resize`` does (``readers.video_resize`` uses it;
+the differences to ``resize`` are measured in tests/operators/video/test_video_resize.py).
 
 Errors: a clip that cannot be opened, demuxed or decoded raises ``OSError``
 (a truncated or corrupt file: a sample error) naming ``where``.
@@ -122,71 +129,126 @@ def probe(source, where: str) -> ClipInfo:
     return ClipInfo(np.asarray(pts, np.int64)[order], np.asarray(key, bool)[order], *info_args)
 
 
-def _to_array(frame, image_type) -> np.ndarray:
-    """One decoded frame as HWC uint8 in ``image_type`` (RGB, BGR, YCbCr or GRAY)."""
-    name = frame.format.name
+def _rgb_flags(av):
+    """swscale flags of DALI's CPU colour conversion (see the module docstring)."""
+    i = av.video.reformatter.Interpolation
+    return i.BILINEAR | i.ACCURATE_RND | i.FULL_CHR_H_INT | i.FULL_CHR_H_INP
+
+
+def _to_array(frame, image_type, size: tuple[int, int] | None = None) -> np.ndarray:
+    """One decoded frame as HWC uint8 in ``image_type`` (RGB, BGR, YCbCr or GRAY); with ``size``
+    ``(height, width)`` (RGB and BGR only) resized by swscale's bilinear filter."""
     if image_type == types.YCbCr:
         return np.ascontiguousarray(frame.to_ndarray(format="yuv444p").transpose(1, 2, 0))
     if image_type == types.GRAY:
         return frame.to_ndarray(format="gray")[..., None]
-    if name.startswith(("yuv", "nv")) and "444" not in name:
-        # Chroma up to 4:4:4 first (see the module docstring); yuvj formats stay full range.
-        frame = frame.reformat(format="yuvj444p" if name.startswith("yuvj") else "yuv444p")
-    rgb = frame.to_ndarray(format="rgb24")
+    av = require_av()
+    flags = _rgb_flags(av)
+    if size is None:
+        rgb = frame.to_ndarray(format="rgb24", interpolation=flags)
+    else:
+        # Colours first at full size (as the frames readers.video gives), then planar RGB is
+        # resampled plane by plane: no trip back through YUV, so the resize sees DALI's colours.
+        planar = frame.reformat(format="gbrp", interpolation=flags)
+        scale = av.video.reformatter.Interpolation.BILINEAR | av.video.reformatter.Interpolation.ACCURATE_RND
+        rgb = planar.reformat(size[1], size[0], "gbrp", interpolation=scale).to_ndarray()
     return np.ascontiguousarray(rgb[..., ::-1]) if image_type == types.BGR else rgb
 
 
-def decode_frames(source, info: ClipInfo, wanted, where: str, image_type=types.RGB) -> dict[int, np.ndarray]:
-    """Decode frames ``wanted`` (indices in ``[0, info.frames)``) of ``source``: {index: HWC uint8}.
+class Decoder:
+    """One open clip and its decoder: frames come out in presentation order from where the last
+    call stopped (``pos``), so a caller that asks for frames after ``pos`` before the next key frame
+    gets them without a seek. Not thread-safe: one user at a time (:class:`._pool.DecoderPool`).
+    Raises OSError naming ``where``; ``close`` releases the container."""
+
+    def __init__(self, source, info: ClipInfo, where: str):
+        self.source, self.info, self.where = source, info, where
+        self._keys = np.flatnonzero(info.key)
+        self._index_of = {int(t): k for k, t in enumerate(info.pts)}
+        self._c = self._frames = None
+        self.pos = -1  # index of the last frame decoded (-1: none since the last seek)
+
+    def key_before(self, k: int) -> int:
+        """The last key frame at or before frame ``k`` (0 when none is marked)."""
+        before = self._keys[: np.searchsorted(self._keys, k, side="right")]
+        return int(before[-1]) if before.size else 0
+
+    def continues_to(self, k: int) -> bool:
+        """Whether decoding on from ``pos`` reaches frame ``k`` with no more work than a seek: ``k``
+        is ahead and the key frame a seek would go to is not past the next frame."""
+        return self._frames is not None and k > self.pos and self.key_before(k) <= self.pos + 1
+
+    def take(self, want: list[int], image_type=types.RGB, size=None) -> dict[int, np.ndarray]:
+        """Frames ``want`` (sorted, unique, in ``[0, info.frames)``): {index: HWC uint8}. Frames between
+        are decoded (they are references) but not converted."""
+        av = require_av()
+        out: dict[int, np.ndarray] = {}
+        wanted = set(want)
+        try:
+            for w in want:
+                if w in out:
+                    continue
+                if not self.continues_to(w):
+                    self._seek(av, w)
+                for frame in self._frames:
+                    k = self._index_of.get(frame.pts if frame.pts is not None else -1)
+                    if k is None:
+                        continue
+                    self.pos = k
+                    if k in wanted and k not in out:
+                        out[k] = _to_array(frame, image_type, size)
+                    if k >= w:
+                        break
+                if w not in out:
+                    break
+        except (av.FFmpegError, EOFError) as e:
+            self.close()
+            raise _fail(self.where, e) from None
+        missing = [k for k in want if k not in out]
+        if missing:
+            self.close()
+            raise OSError(f"cannot read video {self.where}: frame {missing[0]} of {self.info.frames} could not be "
+                          "decoded (the file may be truncated or corrupt)")
+        return out
+
+    def _seek(self, av, k: int) -> None:
+        if self._c is None:
+            self._c = _open(av, self.source)
+        s = self._c.streams.video[0]
+        self._c.seek(int(self.info.pts[self.key_before(k)]), stream=s, backward=True, any_frame=False)
+        self._frames = self._c.decode(s)
+        self.pos = -1
+
+    def close(self) -> None:
+        if self._c is not None:
+            self._c.close()
+        self._c = self._frames = None
+        self.pos = -1
+
+
+def decode_frames(source, info: ClipInfo, wanted, where: str, image_type=types.RGB, size=None,
+                  decoder: Decoder | None = None) -> dict[int, np.ndarray]:
+    """Decode frames ``wanted`` (indices in ``[0, info.frames)``) of ``source``: {index: HWC uint8},
+    resized to ``size`` ``(height, width)`` when given (see :func:`_to_array`).
 
     For each run of wanted frames the decoder seeks to the last key frame at or before the run's
-    first frame, unless the frames it decodes from where it is already get there first; frames
-    before a wanted one are decoded (they are references) but not converted. Raises OSError
-    naming ``where`` when the clip cannot be decoded or a frame never comes out.
+    first frame, unless decoding on from where it is gets there with no more work. ``decoder``: an
+    open :class:`Decoder` of this clip to continue from (left open for the caller); without it one
+    is opened and closed here. Raises OSError naming ``where`` when the clip cannot be decoded or a
+    frame never comes out.
     """
-    av = require_av()
     want = sorted({int(k) for k in wanted})
     if not want:
         return {}
     if want[0] < 0 or want[-1] >= info.frames:
         raise ValueError(f"video {where}: frames {want[0]}..{want[-1]} asked of a clip of {info.frames} frames")
-    keys = np.flatnonzero(info.key)
-    index_of = {int(t): k for k, t in enumerate(info.pts)}
-    out: dict[int, np.ndarray] = {}
+    if decoder is not None:
+        return decoder.take(want, image_type, size)
+    own = Decoder(source, info, where)
     try:
-        with _open(av, source) as c:
-            s = c.streams.video[0]
-            pos = -1  # index of the last frame decoded
-            frames = None
-            for w in want:
-                if w in out:
-                    continue
-                before = keys[keys <= w]
-                key = int(before[-1]) if before.size else 0
-                if frames is None or key > pos or w <= pos:
-                    # Seek when the key frame is ahead of us (cheaper than decoding the gap) or
-                    # the frame is behind (duplicates aside, the sorted list never goes back).
-                    c.seek(int(info.pts[key]), stream=s, backward=True, any_frame=False)
-                    frames = c.decode(s)
-                    pos = -1
-                for frame in frames:
-                    k = index_of.get(frame.pts if frame.pts is not None else -1)
-                    if k is None:
-                        continue
-                    pos = k
-                    if k in want and k not in out:
-                        out[k] = _to_array(frame, image_type)
-                    if k >= w:
-                        break
-                if w not in out:
-                    break
-    except (av.FFmpegError, EOFError) as e:
-        raise _fail(where, e) from None
-    missing = [k for k in want if k not in out]
-    if missing:
-        raise OSError(f"cannot read video {where}: frame {missing[0]} of {info.frames} could not be decoded "
-                      "(the file may be truncated or corrupt)")
-    return out
+        return own.take(want, image_type, size)
+    finally:
+        own.close()
 
 
 class FrameStream:

@@ -1,5 +1,5 @@
 """decoders.video / experimental.decoders.video on the CPU: against DALI's CPU decoder (VP9, MJPEG:
-the codecs it decodes on the CPU; within 2 levels, its RGB conversion differs slightly) and
+the codecs it decodes on the CPU; equal frames: the same swscale conversion) and
 against PyAV itself for H.264 / MPEG-4 (equal)."""
 
 import warnings
@@ -11,7 +11,7 @@ from clips import pyav_frames
 from stoker import fn, pipeline_def
 from stoker.operators.video.decoder import pad_indices
 
-DALI_TOL = 2  # levels: DALI's CPU video decoder vs stoker's RGB conversion (measured max 2)
+DALI_TOL = 0  # levels: stoker converts colours with the swscale flags DALI's CPU decoder uses
 
 
 def _bytes(path):

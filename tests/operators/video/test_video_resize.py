@@ -1,10 +1,23 @@
-"""readers.video_resize: the frames of readers.video resized by stoker's resize (same plan, same
-filters), before the dtype conversion; the other outputs unchanged."""
+"""readers.video_resize: the frames of readers.video resized to resize's plan, before the dtype
+conversion; the other outputs unchanged. The default filter (linear, antialiased) resizes in swscale
+as frames are decoded: within SWS_MEAN / SWS_MAX levels of readers.video + resize, and of DALI's CPU
+reader + resize (these test clips have hard edges, the worst case: on 720p frames of the benchmark's
+clips, 720p to 224x224, the measured difference is a mean 0.4, max 6). Other filters run resize itself:
+equal."""
+
+import warnings
 
 import numpy as np
 import pytest
 
 from stoker import fn, pipeline_def, types
+
+SWS_MEAN, SWS_MAX = 0.75, 24  # measured: mean 0.47-0.59, max 13-19 at 2x downscales; 0.03 / 1 at milder ones
+
+
+def _assert_sws_close(a, b, what=""):
+    d = np.abs(a.astype(int) - b.astype(int))
+    assert d.mean() <= SWS_MEAN and d.max() <= SWS_MAX, f"{what}: mean {d.mean():.3f}, max {d.max()}"
 
 
 def _pair(reader_kw, resize_kw, batch_size=3):
@@ -28,10 +41,14 @@ def test_equals_reader_then_resize(clip_dir, resize_kw):
     outs = _pair(dict(filenames=[clip_dir["h264"], clip_dir["vp9"]], labels=[], sequence_length=4, stride=2,
                       enable_frame_num=True), resize_kw)
     n = len(outs) // 2
+    swscale = "interp_type" not in resize_kw and resize_kw.get("antialias", True)
     for k in range(3):
         a, b = np.array(outs[0][k]), np.array(outs[n][k])
         assert a.shape == b.shape and a.shape[0] == 4
-        np.testing.assert_array_equal(a, b)
+        if swscale:
+            _assert_sws_close(a, b, str(resize_kw))
+        else:
+            np.testing.assert_array_equal(a, b)
         for j in range(1, n):
             np.testing.assert_array_equal(np.array(outs[j][k]), np.array(outs[n + j][k]))
     assert outs[0].layout() == "FHWC"
@@ -73,3 +90,59 @@ def test_per_sample_sizes_are_refused_with_the_way_round(clip_dir):
     with pytest.raises(Exception, match="fn.resize"):
         pipe.build()
         pipe.run()
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("codec", ["vp9", "mjpeg"])
+@pytest.mark.parametrize("size", [(20, 32), (24, 32), (30, 50), (62, 100)])
+def test_close_to_dali_reader_then_resize(clip_dir, codec, size):
+    """DALI has no CPU readers.video_resize: its CPU reader (VP9, MJPEG) then its resize."""
+    dali = pytest.importorskip("nvidia.dali")
+    kw = dict(filenames=[clip_dir[codec]], sequence_length=5, stride=2)
+
+    @dali.pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def d():
+        return dali.fn.resize(dali.fn.experimental.readers.video(device="cpu", **kw), size=list(size))
+
+    @pipeline_def(batch_size=2, num_threads=2, device_id=None)
+    def s():
+        return fn.readers.video_resize(**kw, size=list(size))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp = d()
+        dp.build()
+        want = [np.array(t) for _ in range(2) for t in dp.run()[0]]
+    sp = s()
+    sp.build()
+    got = [np.array(t) for _ in range(2) for t in sp.run()[0]]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == (5, *size, 3)
+        _assert_sws_close(g, w, f"{codec} {size}")
+
+
+def test_same_frames_for_any_thread_count_and_order(clip_dir):
+    """Windows decoded on from an earlier window (the decoder pool) equal windows read alone."""
+    kw = dict(filenames=[clip_dir["h264"], clip_dir["mpeg4"]], sequence_length=3, step=4, resize_x=40,
+              resize_y=30)
+
+    def read(threads, shuffle):
+        @pipeline_def(batch_size=4, num_threads=threads, device_id=None, seed=5)
+        def p():
+            return fn.readers.video_resize(**kw, random_shuffle=shuffle, enable_frame_num=True)
+
+        pipe = p()
+        pipe.build()
+        out = {}
+        for _ in range(6):
+            v, f = pipe.run()
+            for k in range(len(v)):
+                out[(v[k].source_info(), int(np.array(f[k])[0]))] = np.array(v[k])
+        return out
+
+    base = read(1, False)
+    for threads, shuffle in ((3, False), (2, True)):
+        other = read(threads, shuffle)
+        assert len(set(base) & set(other)) >= 8
+        for key in set(base) & set(other):
+            np.testing.assert_array_equal(other[key], base[key])
