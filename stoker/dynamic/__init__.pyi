@@ -1107,16 +1107,16 @@ def valid_mask(*, name: str | None = None, preserve: bool | None = False, bytes_
 
 @overload
 def warp_affine(input_0: Batch, /, *inputs: Any, matrix: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, inverse_map: bool | None = True, size: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, fill_value: float | None = None, interp_type: DALIInterpType | str | int | None = ..., dtype: DALIDataType | DTypeLike | None = None, output_dtype: DALIDataType | DTypeLike | None = None, name: str | None = None, preserve: bool | None = False, bytes_per_sample_hint: Any = None, seed: int | None = None, on_error: str | None = None, device: str | None = None, batch_size: int | None = None) -> Batch:
-    """Applies an affine transform to HWC images."""
+    """Applies an affine transform to HWC images (2x3 matrix) or DHWC volumes (3x4 matrix)."""
 @overload
 def warp_affine(*inputs: Any, matrix: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, inverse_map: bool | None = True, size: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, fill_value: float | None = None, interp_type: DALIInterpType | str | int | None = ..., dtype: DALIDataType | DTypeLike | None = None, output_dtype: DALIDataType | DTypeLike | None = None, name: str | None = None, preserve: bool | None = False, bytes_per_sample_hint: Any = None, seed: int | None = None, on_error: str | None = None, device: str | None = None, batch_size: int) -> Batch:
-    """Applies an affine transform to HWC images."""
+    """Applies an affine transform to HWC images (2x3 matrix) or DHWC volumes (3x4 matrix)."""
 @overload
 def warp_affine(*inputs: Any, matrix: float | Sequence[float] | NDArray[Any] | Tensor | None = None, inverse_map: bool | None = True, size: float | Sequence[float] | NDArray[Any] | Tensor | None = None, fill_value: float | None = None, interp_type: DALIInterpType | str | int | None = ..., dtype: DALIDataType | DTypeLike | None = None, output_dtype: DALIDataType | DTypeLike | None = None, name: str | None = None, preserve: bool | None = False, bytes_per_sample_hint: Any = None, seed: int | None = None, on_error: str | None = None, device: str | None = None, batch_size: None = None) -> Tensor:
-    """Applies an affine transform to HWC images."""
+    """Applies an affine transform to HWC images (2x3 matrix) or DHWC volumes (3x4 matrix)."""
 @overload
 def warp_affine(*inputs: Any, matrix: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, inverse_map: bool | None = True, size: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, fill_value: float | None = None, interp_type: DALIInterpType | str | int | None = ..., dtype: DALIDataType | DTypeLike | None = None, output_dtype: DALIDataType | DTypeLike | None = None, name: str | None = None, preserve: bool | None = False, bytes_per_sample_hint: Any = None, seed: int | None = None, on_error: str | None = None, device: str | None = None, batch_size: None = None) -> Batch:
-    """Applies an affine transform to HWC images."""
+    """Applies an affine transform to HWC images (2x3 matrix) or DHWC volumes (3x4 matrix)."""
 
 @overload
 def warp_perspective(input_0: Batch, /, *inputs: Any, matrix: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, inverse_map: bool | None = True, size: float | Sequence[float] | NDArray[Any] | Tensor | Batch | Sequence[Any] | None = None, fill_value: float | Sequence[float] | NDArray[Any] | None = None, interp_type: DALIInterpType | str | int | None = ..., border_mode: str | None = 'constant', pixel_origin: str | None = 'corner', name: str | None = None, preserve: bool | None = False, bytes_per_sample_hint: Any = None, seed: int | None = None, on_error: str | None = None, device: str | None = None, batch_size: int | None = None) -> Batch:

@@ -1006,15 +1006,15 @@ def resize(*inputs: Any, resize_x: Any = ..., resize_y: Any = ..., resize_z: Any
 def rotate(*inputs: Any, angle: Any = ..., axis: Any = ..., keep_size: Any = ..., size: Any = ..., fill_value: Any = ..., interp_type: Any = ..., dtype: Any = ..., output_dtype: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
     """Rotates each image by ``angle`` degrees (per-sample tensor allowed).
 
-    Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value (or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by frame onto one canvas; angle may be per frame (fn.per_frame).
+    Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value (or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by frame onto one canvas; angle may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input without a layout) rotate about axis (x, y, z), right-hand rule, as DALI; size is then (D, H, W).
 
     Devices: cpu, gpu.
 
     Arguments:
       angle (float, default None, per-sample tensor allowed): rotation in degrees (required)
-      axis (float_list, default None, per-sample tensor allowed): rotation axis (volumes only; not supported)
+      axis (float_list, default None, per-sample tensor allowed): rotation axis (x, y, z); volumes only, required there
       keep_size (bool, default False): keep the input's size (corners are cut)
-      size (float_list, default None, per-sample tensor allowed): output (H, W)
+      size (float_list, default None, per-sample tensor allowed): output (H, W), or (D, H, W) for volumes
       fill_value (float, default None): value of pixels outside the source
       interp_type (interp, default DALIInterpType.INTERP_LINEAR): INTERP_NN or INTERP_LINEAR
       dtype (dtype, default None): output type (default: the input's)
@@ -1272,16 +1272,16 @@ def valid_mask(*inputs: Any, device: str = ..., name: str = ..., **kwargs: Any) 
     Arguments:"""
 
 def warp_affine(*inputs: Any, matrix: Any = ..., inverse_map: Any = ..., size: Any = ..., fill_value: Any = ..., interp_type: Any = ..., dtype: Any = ..., output_dtype: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
-    """Applies an affine transform to HWC images.
+    """Applies an affine transform to HWC images (2x3 matrix) or DHWC volumes (3x4 matrix).
 
-    Resamples each HWC image through the 2x3 ``matrix`` (argument, per-sample tensor or second input). With ``inverse_map`` (default) the matrix maps output coordinates to input coordinates, otherwise input to output. ``size`` is the output (H, W) (default: the input's). Outside the input, ``fill_value`` is written; without it the border pixels are repeated. ``interp_type``: INTERP_NN, INTERP_LINEAR (default) or INTERP_CUBIC (a stoker extension: DALI warps with NN and linear only). Sequences (FHWC) are warped frame by frame; matrix may be per frame (fn.per_frame, one 2x3 matrix per frame).
+    Resamples each HWC image through the 2x3 ``matrix`` (argument, per-sample tensor or second input). With ``inverse_map`` (default) the matrix maps output coordinates to input coordinates, otherwise input to output. ``size`` is the output (H, W) (default: the input's). Outside the input, ``fill_value`` is written; without it the border pixels are repeated. ``interp_type``: INTERP_NN, INTERP_LINEAR (default) or INTERP_CUBIC (a stoker extension: DALI warps with NN and linear only). Sequences (FHWC) are warped frame by frame; matrix may be per frame (fn.per_frame, one 2x3 matrix per frame). Volumes (DHWC, DHW, or 4D input without a layout) take a 3x4 matrix over (x, y, z) = (W, H, D) and a 3-value size (D, H, W); they are warped with INTERP_NN or INTERP_LINEAR (trilinear), as DALI.
 
     Devices: cpu, gpu.
 
     Arguments:
-      matrix (float_list, default None, per-sample tensor allowed): 2x3 matrix, row-major (6 values)
+      matrix (float_list, default None, per-sample tensor allowed): 2x3 matrix (6 values; 3x4 = 12 values for volumes), row-major
       inverse_map (bool, default True): the matrix maps output to input
-      size (float_list, default None, per-sample tensor allowed): output (H, W); default: the input's size
+      size (float_list, default None, per-sample tensor allowed): output (H, W), or (D, H, W) for volumes; default: the input's size
       fill_value (float, default None): value outside the input (default: repeat the border)
       interp_type (interp, default DALIInterpType.INTERP_LINEAR): interpolation
       dtype (dtype, default None): output type (default: the input's)

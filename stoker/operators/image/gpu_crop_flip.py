@@ -97,10 +97,11 @@ def crop_flip_batch(x, windows: np.ndarray, flips: np.ndarray, batch):
     return out
 
 
-def _layout_hw(x):
-    lay = x.layout() or "HWC"
-    if not lay.startswith("HW"):
-        raise ValueError(f"GPU crop/flip supports HW-leading layouts (HWC, HW), got {lay!r}")
+def _layout_hw(x) -> bool:
+    """Whether the kernel takes ``x``: images with H, W leading (HWC, HW, or 2-3 dims without a
+    layout). Volumes (DHWC ...) and other layouts go to the host, which handles them as the CPU does."""
+    lay = x.layout()
+    return x.ndim in (2, 3) and (not lay or lay.startswith("HW"))
 
 
 def crop_windows(op, arg_inputs, in_hw: np.ndarray) -> tuple[np.ndarray]:
@@ -152,7 +153,8 @@ def _fill_is_zero(op) -> bool:
 def gpu_crop(op, batch, inputs, arg_inputs):
     """``fn.crop`` on GPU batches."""
     x = inputs[0]
-    _layout_hw(x)
+    if not _layout_hw(x):
+        return host_fallback(op, batch, inputs, arg_inputs)
     n = len(x)
     if n == 0:
         return [crop_flip_batch(x, np.zeros((0, 4), np.int64), np.zeros(0, np.int64), batch)]
@@ -193,7 +195,8 @@ def flip_flag_one(op, arg_inputs, i: int) -> tuple[int]:
 def gpu_flip(op, batch, inputs, arg_inputs):
     """``fn.flip`` on GPU batches (horizontal/vertical per sample)."""
     x = inputs[0]
-    _layout_hw(x)
+    if not _layout_hw(x):
+        return host_fallback(op, batch, inputs, arg_inputs)
     n = len(x)
     if n == 0:
         return [crop_flip_batch(x, np.zeros((0, 4), np.int64), np.zeros(0, np.int64), batch)]

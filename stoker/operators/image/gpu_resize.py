@@ -172,7 +172,8 @@ def gpu_resize(op, batch, inputs, arg_inputs):
     x = inputs[0]
     interp = op.args.get("interp_type")
     if (interp is not None and getattr(interp, "name", "") not in ("INTERP_LINEAR", "INTERP_TRIANGULAR")) \
-            or op.args.get("dtype") is not None or x.dtype != _uint8() or x.ndim != 3:
+            or op.args.get("dtype") is not None or x.dtype != _uint8() or x.ndim != 3 \
+            or (x.layout() or "HWC") != "HWC":  # volumes (DHW ...) and other layouts: the host's resize
         return host_fallback(op, batch, inputs, arg_inputs)
     dense, flat = resize_batch(x, _plans(op, x, arg_inputs), batch)
     layout = x.layout() or "HWC"

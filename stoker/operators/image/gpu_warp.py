@@ -8,7 +8,8 @@ arguments are refused), and the whole batch is warped in one launch
 OpenCV quantizes source positions to 1/32 pixel, so linear results may differ from the CPU's by a
 level or two at sharp edges; nearest-neighbour results are the CPU's. Sequences, cubic
 interpolation, a matrix given as a second input, a type change, more than 4 channels or types
-other than uint8/float32 take the host fallback."""
+other than uint8/float32 take the host fallback; so do volumes (DHWC, DHW, 4D without a layout:
+3x4 matrices, ``rotate``'s ``axis``), which the CPU warps (``warp_volume``)."""
 
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def rotate_plans(op, arg_inputs, in_hw: np.ndarray, nearest: bool):
 def gpu_rotate(op, batch, inputs, arg_inputs):
     """``fn.rotate`` on GPU batches."""
     x = inputs[0]
-    if not _kernel_takes(op, x):
+    if not _kernel_takes(op, x) or op.args.get("axis") is not None or "axis" in arg_inputs:
+        # volumes (DHWC ...) rotate on the host; so does an image with an axis, which the host refuses
         return host_fallback(op, batch, inputs, arg_inputs)
     nearest = types.DALIInterpType(int(op.args["interp_type"])) == types.INTERP_NN
     in_hw = x.geometry()[2][:, :2]

@@ -12,9 +12,11 @@ from stoker.errors import arg_error
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.geometry import rotated_size, rotation_matrix
 from stoker.operators.image.resample import to_dtype
-from stoker.operators.image.warp_affine import nearest_warp
+from stoker.operators.image.warp_affine import is_volume, nearest_warp
+from stoker.operators.image.warp_volume import rotated_volume_size, rotation_volume_matrix, volume_warp
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
+from stoker.operators.tensor.basic import convert
 
 INTERP = types.DALIInterpType
 # DALI's rotate offers these two only
@@ -71,11 +73,12 @@ class Rotate(LayoutAware):
         doc="Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to "
             "fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value "
             "(or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by "
-            "frame onto one canvas; angle may be per frame (fn.per_frame).",
+            "frame onto one canvas; angle may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input "
+            "without a layout) rotate about axis (x, y, z), right-hand rule, as DALI; size is then (D, H, W).",
         args=[Arg("angle", "float", None, tensor=True, doc="rotation in degrees (required)"),
-              Arg("axis", "float_list", None, tensor=True, doc="rotation axis (volumes only; not supported)"),
+              Arg("axis", "float_list", None, tensor=True, doc="rotation axis (x, y, z); volumes only, required there"),
               Arg("keep_size", "bool", False, doc="keep the input's size (corners are cut)"),
-              Arg("size", "float_list", None, tensor=True, doc="output (H, W)"),
+              Arg("size", "float_list", None, tensor=True, doc="output (H, W), or (D, H, W) for volumes"),
               Arg("fill_value", "float", None, doc="value of pixels outside the source"),
               Arg("interp_type", "interp", INTERP.INTERP_LINEAR, doc="INTERP_NN or INTERP_LINEAR"),
               Arg("dtype", "dtype", None, doc="output type (default: the input's)"),
@@ -89,6 +92,9 @@ class Rotate(LayoutAware):
                             f"(as in DALI), got {self.args['interp_type']!r}")
         if self.args["keep_size"] and self.args.get("size") is not None:
             raise arg_error("rotate", "keep_size", "cannot be combined with size")
+        axis = self.args.get("axis")
+        if axis is not None and len(axis) != 3:
+            raise arg_error("rotate", "axis", f"must be 3 values (x, y, z), got {len(axis)}")
         self.dtype = self.args["dtype"] if self.args["dtype"] is not None else self.args["output_dtype"]
 
     def geometry(self, args: dict, h: int, w: int) -> tuple[float, tuple[int, int]]:
@@ -109,9 +115,43 @@ class Rotate(LayoutAware):
             return angle, (h, w)
         return angle, rotated_size(h, w, angle)
 
+    def volume_geometry(self, args: dict, in_dhw) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """(4x4 output-to-input matrix, output (D, H, W)) of one volume."""
+        angle = args.get("angle")
+        if angle is None:
+            raise self.error("argument 'angle' is required")
+        angle = float(np.asarray(angle).reshape(-1)[0])
+        if not np.isfinite(angle):
+            raise self.error(f"argument 'angle' must be a finite number of degrees, got {angle}")
+        axis = args.get("axis")
+        if axis is None:
+            raise self.error("argument 'axis' is required to rotate a volume (x, y, z), e.g. axis=[0, 0, 1]")
+        if args.get("size") is not None:
+            size = [int(round(float(v))) for v in np.asarray(args["size"]).reshape(-1)]
+            if len(size) != 3 or min(size) < 0:
+                raise self.error(f"argument 'size' must hold 3 non-negative extents (D, H, W) for a volume, "
+                                 f"got {size}")
+            out = tuple(size)
+        elif self.args["keep_size"]:
+            out = tuple(int(v) for v in in_dhw)
+        else:
+            out = rotated_volume_size(in_dhw, axis, angle)
+        return rotation_volume_matrix(in_dhw, out, axis, angle), out
+
+    def _run_volume(self, img, args):
+        full, out_dhw = self.volume_geometry(args, img.shape[:3])
+        nearest = INTERP(int(self.args["interp_type"])) == INTERP.INTERP_NN
+        out = volume_warp(img, full, out_dhw, self.args["fill_value"], nearest)
+        dtype = np.dtype(self.dtype if self.dtype is not None else img.dtype)
+        return np.ascontiguousarray(out if out.dtype == dtype else convert(out, dtype))
+
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
         layout = self.layout_of(args)
+        if is_volume(layout, img.ndim):
+            return self._run_volume(img, args)
+        if args.get("axis") is not None:
+            raise self.error("argument 'axis' applies to volumes only (DHWC, DHW); leave it out for images")
         if img.ndim not in (2, 3) or (layout and layout not in ("HWC", "HW")):
             raise self.error(f"rotate supports HWC/HW images, got shape {img.shape} layout {layout!r}")
         h, w = img.shape[:2]
