@@ -26,7 +26,6 @@ import threading
 import numpy as np
 
 from stoker import settings
-from stoker.backend import driver_calls
 
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
 
@@ -233,7 +232,7 @@ class PinnedRing:
             k = self._next
             self._next = (k + 1) % len(self._bufs)
         ev = self._events[k]
-        if ev is not None and not driver_calls.event_done(ev):
+        if ev is not None:
             ev.synchronize()
         buf = self._bufs[k]
         if buf is None or buf.size < nbytes:
@@ -243,13 +242,6 @@ class PinnedRing:
             buf = np.frombuffer(mem, np.uint8, size)
             self._bufs[k] = buf
         return k, buf
-
-    def _record(self, k: int, stream) -> None:
-        """Record slot ``k``'s event after its copy (each slot keeps one event: re-recorded, not
-        made anew, since making one lets go of the GIL; see driver_calls)."""
-        if self._events[k] is None:
-            self._events[k] = _cupy().cuda.Event(disable_timing=True)
-        driver_calls.record(self._events[k], stream)
 
     def upload(self, host: np.ndarray, stream, out=None):
         """Copy ``host`` to a new (or the given) CuPy array on ``stream``, without blocking the host."""
@@ -262,8 +254,11 @@ class PinnedRing:
             return out
         k, buf = self._slot(nbytes)
         buf[:nbytes] = host.reshape(-1).view(np.uint8)
-        driver_calls.copy_to_device(out.data.ptr, buf.ctypes.data, nbytes, stream.ptr)
-        self._record(k, stream)
+        cp.cuda.runtime.memcpyAsync(out.data.ptr, buf.ctypes.data, nbytes,
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
         return out
 
     def upload_many(self, arrays, stream, align: int = 256):
@@ -280,23 +275,31 @@ class PinnedRing:
         k, buf = self._slot(total)
         for a, off in zip(arrays, offsets):
             buf[off:off + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        driver_calls.copy_to_device(dev.data.ptr, buf.ctypes.data, total, stream.ptr)
-        self._record(k, stream)
+        cp.cuda.runtime.memcpyAsync(dev.data.ptr, buf.ctypes.data, total,
+                                    cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
         return dev, offsets
 
     def upload_packed(self, arrays, dst_ptr: int, stream) -> None:
         """Copy host arrays back to back to device memory at ``dst_ptr``: one pack, one copy."""
+        cp = _cupy()
         flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
         total = sum(f.size for f in flat)
         if total == 0:
             return
         k, buf = self._slot(total)
         np.concatenate(flat, out=buf[:total])
-        driver_calls.copy_to_device(int(dst_ptr), buf.ctypes.data, total, stream.ptr)
-        self._record(k, stream)
+        cp.cuda.runtime.memcpyAsync(int(dst_ptr), buf.ctypes.data, total, cp.cuda.runtime.memcpyHostToDevice,
+                                    stream.ptr)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
 
     def upload_to(self, arrays, dst_ptrs, stream) -> None:
         """Copy each host array to the device address in ``dst_ptrs`` (one pinned staging buffer)."""
+        cp = _cupy()
         sizes = [a.nbytes for a in arrays]
         total = sum(sizes)
         if total == 0:
@@ -305,9 +308,12 @@ class PinnedRing:
         off = 0
         for a, size, dst in zip(arrays, sizes, dst_ptrs):
             buf[off:off + size] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-            driver_calls.copy_to_device(int(dst), buf.ctypes.data + off, size, stream.ptr)
+            cp.cuda.runtime.memcpyAsync(int(dst), buf.ctypes.data + off, size,
+                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
             off += size
-        self._record(k, stream)
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(stream)
+        self._events[k] = ev
 
 
 class TableArena:
@@ -331,25 +337,17 @@ class TableArena:
         self._lap = 0
         self._live: collections.deque = collections.deque()  # (lap, start, event), in order
         self._lock = threading.Lock()
-        self._events = driver_calls.EventPool()
-
-    def _retire(self) -> None:
-        """Wait (if it must) for the oldest upload's copy, and recycle its event."""
-        ev = self._live.popleft()[2]
-        if not driver_calls.event_done(ev):
-            ev.synchronize()
-        self._events.give(ev)
 
     def _reserve(self, nbytes: int) -> int:
         n = -(-nbytes // self.ALIGN) * self.ALIGN
         if self._head + n > self.size:  # wrap: what is left of the older lap is the oldest
             while self._live and self._live[0][0] < self._lap:
-                self._retire()
+                self._live.popleft()[2].synchronize()
             self._lap += 1
             self._head = 0
         start = self._head
         while self._live and self._live[0][0] < self._lap and self._live[0][1] < start + n:
-            self._retire()  # bytes of the last lap about to be written
+            self._live.popleft()[2].synchronize()  # bytes of the last lap about to be written
         self._head = start + n
         return start
 
@@ -369,15 +367,15 @@ class TableArena:
                 self._buf = np.frombuffer(cp.cuda.alloc_pinned_memory(self.size), np.uint8, self.size)
             start = self._reserve(nbytes)
             self._buf[start:start + nbytes] = host.reshape(-1).view(np.uint8)
-            driver_calls.copy_to_device(out.data.ptr, self._buf.ctypes.data + start, nbytes, stream.ptr)
-            ev = self._events.take()
-            driver_calls.record(ev, stream)
+            cp.cuda.runtime.memcpyAsync(out.data.ptr, self._buf.ctypes.data + start, nbytes,
+                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(stream)
             self._live.append((self._lap, start, ev))
         return out
 
 
 _module_cache: dict = {}
-_kernel_cache: dict = {}
 _module_lock = threading.Lock()
 
 
@@ -393,10 +391,7 @@ def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
                 code = f.read()
             mod = cp.RawModule(code=code, options=options)
             _module_cache[key] = mod
-        entry = _kernel_cache.get((key, name))
-        if entry is None or entry[0] is not mod:  # (launched with the GIL held: see driver_calls)
-            entry = _kernel_cache[(key, name)] = (mod, driver_calls.Kernel(mod.get_function(name)))
-    return entry[1]
+    return mod.get_function(name)
 
 
 def current_stream(batch=None):
