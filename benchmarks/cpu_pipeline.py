@@ -1,6 +1,7 @@
 """CPU training and validation pipelines, side by side on the same data and thread count.
 
     python benchmarks/cpu_pipeline.py DATA_DIR [--threads 2] [--batch 64] [--seconds 15] [--libs ...]
+    python benchmarks/cpu_pipeline.py DATA_DIR --fast [--libs stoker,dali]   # adds stoker-fast and PSNR
 
 Pipelines (same augmentations everywhere):
   train: read file, decode with random crop (area 0.08-1, aspect 3/4-4/3), resize to 224x224,
@@ -8,7 +9,10 @@ Pipelines (same augmentations everywhere):
   val:   read file, decode, resize shorter side to 256, centre crop 224, normalize to float CHW.
 
 Libraries: ``stoker`` (its DALI-style API), ``stoker-unfused`` (the same with ``STOKER_FUSE=0``:
-every CPU operator over the whole batch on its own, no operator fusion), ``dali`` (NVIDIA DALI's CPU
+every CPU operator over the whole batch on its own, no operator fusion), ``stoker-fast`` (the same with
+``STOKER_REDUCED_SIZE_DECODE=1``: JPEGs decoded at a reduced size where the resize shrinks them; ``--fast``
+adds it to ``--libs`` and, before the timings, prints the PSNR of its outputs against stoker's exact
+path over one pass of the data, per pipeline), ``dali`` (NVIDIA DALI's CPU
 pipeline, when installed), ``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL
 decode, transforms v2).
 Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s, the CPU
@@ -53,6 +57,8 @@ def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
     if lib.startswith("stoker"):
         if lib == "stoker-unfused":
             os.environ["STOKER_FUSE"] = "0"
+        if lib == "stoker-fast":
+            os.environ["STOKER_REDUCED_SIZE_DECODE"] = "1"
         import stoker.fn as fn
         import stoker.types as types
         from stoker import pipeline_def
@@ -93,6 +99,42 @@ def torchvision_loader(root: str, kind: str, batch: int, threads: int):
             return next(state["it"])
 
     return step
+
+
+def quality(root: str, kind: str, batch: int, threads: int) -> dict:
+    """PSNR of stoker-fast's outputs against stoker's exact path over one pass of ``root`` (the
+    normalized outputs mapped back to 0-255): over all values, and the worst single image."""
+    import numpy as np
+
+    import stoker.fn as fn
+    import stoker.types as types
+    from stoker import pipeline_def, settings
+
+    def build(fast: bool):
+        with settings.override(reduced_size_decode=fast):
+            @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
+            def pipe_fn():
+                return cpu_graph(fn, types, root, kind)
+
+            pipe = pipe_fn()
+            pipe.build()
+        return pipe
+
+    exact, fast = build(False), build(True)
+    std = np.asarray(STD, np.float64).reshape(3, 1, 1)
+    sq, count, worst, images = 0.0, 0, float("inf"), 0
+    files = exact.epoch_size("r")
+    while images < files:
+        a, b = exact.run()[0].samples(), fast.run()[0].samples()
+        for x, y in zip(a, b):
+            d = (np.asarray(x, np.float64) - np.asarray(y, np.float64)) * std  # back to 0-255 levels
+            mse = float(np.mean(d * d))
+            sq, count = sq + mse * d.size, count + d.size
+            worst = min(worst, 10 * np.log10(255 ** 2 / mse) if mse else float("inf"))
+        images += len(a)
+    psnr = 10 * np.log10(255 ** 2 / (sq / count)) if sq else float("inf")
+    return {"lib": "stoker-fast vs stoker", "pipeline": kind, "images": images, "psnr_db": round(psnr, 2),
+            "worst_image_psnr_db": round(worst, 2)}
 
 
 def cpu_seconds() -> float:
@@ -164,7 +206,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--fast", action="store_true",
+                    help="also run stoker-fast (reduced-size JPEG decode) and print its PSNR against stoker")
     a = ap.parse_args()
+    if a.fast:
+        if "stoker-fast" not in a.libs.split(","):
+            a.libs += ",stoker-fast"
+        for kind in a.pipelines.split(","):
+            print(json.dumps(quality(a.root, kind, a.batch, a.threads)), flush=True)
     results = []
     for rnd in range(a.rounds):
         for kind in a.pipelines.split(","):
@@ -188,6 +237,9 @@ def main() -> None:
                                    f"{cpu[k] / cpu['stoker']:.2f}x less)"
                                    for k, v in rates.items() if k != "stoker")
                 print(f"{kind}, round {rnd}: {ratios}")
+            if "stoker-fast" in rates:
+                print(f"{kind}, round {rnd}: " + ", ".join(f"stoker-fast/{k} = {rates['stoker-fast'] / v:.2f}x"
+                                                           for k, v in rates.items() if k != "stoker-fast"))
 
 
 if __name__ == "__main__":

@@ -189,6 +189,11 @@ class Settings:
         False, FLAG, "Resize 8-bit images on the CPU through PyTorch's SIMD kernel where torch is installed: "
         "about 2x faster resizes, but up to 2 levels apart from the default path on a few percent of values, "
         "and torch is imported before the first batch. Off: the same pixels whatever is installed.")
+    reduced_size_decode: Setting[bool] = Setting(
+        False, FLAG, "Fast mode: colour JPEGs decode at 1/8 to 7/8 of their size (libjpeg-turbo's DCT scaling) "
+        "where the next operator is a CPU resize that shrinks them at least that much, so that decode and "
+        "resize both do less; not the exact path's pixels (PSNR and speed: docs/performance.md). Off: "
+        "outputs as without it.")
     # GPU
     gpu_pool: Setting[str] = Setting(
         "default", _choice("default", "plain", "async", "torch"), "CuPy's device allocator: the caching pool "

@@ -40,6 +40,11 @@ With 8 or more pipeline threads (or ``STOKER_CPU_PROCESSES``), a chain whose int
 outputs nobody else reads runs in worker processes instead of the thread pool
 (:mod:`stoker.pipeline.chain_processes`); its intermediate values are then not kept, in either
 path, so that refilled batches concatenate the same keys.
+
+With the setting ``reduced_size_decode`` (fast mode, off by default), a chain that starts with a
+decoder read only by a resize runs those two as one step that decodes JPEGs at a reduced size
+(:mod:`stoker.pipeline.reduced_decode`); the decoder's value is then not kept. A sample failure in
+either of them drops the sample from both, keeping the fast results of the others.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from dataclasses import dataclass, field
 from stoker import settings
 from stoker.errors import OperatorBugError, OperatorError, detached
 from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
+from stoker.pipeline import reduced_decode
 from stoker.tensors import TensorListCPU
 
 # run_cpu overrides that only check batch-level arguments or add argument inputs and then call
@@ -75,6 +81,7 @@ class FusedStep:
     hoisted: list = field(default_factory=list)  # run before the chain
     deferred: list = field(default_factory=list)  # run after the chain
     unread: list | None = None  # intermediate value keys nobody else reads (chain_processes)
+    reduced: reduced_decode.ReducedDecode | None = None  # fast mode for chain[0:2] (reduced_decode)
 
     def __repr__(self) -> str:
         return "Fused(" + " -> ".join(n.op_name for n in self.chain) + ")"
@@ -119,6 +126,7 @@ def plan(graph) -> list:
             steps.append(order[pos])
             pos += 1
         else:
+            step.reduced = reduced_decode.plan_for(step.chain, graph)
             steps.append(step)
             pos += len(step.segment)
     return steps
@@ -221,11 +229,22 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
 
     def one(i: int, failures: list) -> None:
         x = tuple(s[i] for s in head_samples)
+        fast = False  # members 0 and 1 computed together (fast mode)
         for j, (inst, ctx, arg_inputs, _) in enumerate(members):
+            if fast and j == 1:
+                continue
             try:
                 args = inst.sample_args(arg_inputs, i)
                 sctx = _sample_context(inst, ctx, i)
-                out = inst.run_sample(x, args, sctx)
+                pair = None
+                if j == 0 and step.reduced is not None:
+                    pair = _reduced_pair(step.reduced, members, x, args, sctx, i)
+                if pair is not None:
+                    fast = True
+                    results[0][i] = (pair[0],)
+                    j, out = 1, pair[1]  # (the output of member 1 then feeds member 2)
+                else:
+                    out = inst.run_sample(x, args, sctx)
             except OperatorBugError as e:  # (the unfused rerun names the operator and raises)
                 failures.append((j, i, detached(e), False))
                 return
@@ -268,6 +287,17 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
     return results, [f for fut in futures for f in fut.result()]
 
 
+def _reduced_pair(plan, members: list, x: tuple, dec_args: dict, dec_ctx: SampleContext, i: int):
+    """Fast mode: the decoder's and the resize's outputs of sample ``i`` in one step, or None where
+    the exact path computes them (a sample error here is left to it too, to report)."""
+    rsz, _, rsz_arg_inputs, _ = members[1]
+    try:
+        return reduced_decode.run_pair(plan, members[0][0], rsz, x[0], dec_args, dec_ctx,
+                                       rsz.sample_args(rsz_arg_inputs, i))
+    except SAMPLE_ERRORS:
+        return None
+
+
 def _sample_context(inst, ctx: BatchContext, i: int) -> SampleContext:
     return SampleContext(ctx.sample_index(i), ctx.iteration, inst.op_seed, ctx.source(i))
 
@@ -297,10 +327,15 @@ def run_fused(ex, step: FusedStep, it) -> None:
     if workers is not None and _in_processes(ex, step, it, inputs, n, members, workers):
         return
     results, failures = _compute(step, inputs, n, members, ex.pool)
-    _finish_fused(ex, step, it, inputs, n, members, results, failures)
+    if step.reduced is not None and failures:
+        _finish_reduced(ex, step, it, n, members, results, failures)
+    else:
+        _finish_fused(ex, step, it, inputs, n, members, results, failures)
     if workers is not None:  # as in the worker path (refills concatenate the same keys)
         for key in _intermediates(ex, step):
             it.values.pop(key, None)
+    if step.reduced is not None:  # reduced-size decodes, which nothing reads (reduced_decode)
+        it.values.pop((step.chain[0].id, 0), None)
 
 
 def _intermediates(ex, step) -> list:
@@ -356,6 +391,39 @@ def _finish_fused(ex, step, it, inputs, n, members, results, failures) -> None:
     kept = [i for i in range(n) if i not in ctx.failures]
     outs = _outputs(node, inst, ctx, layouts, results[k], kept)
     _replay(ex, step, it, done=k, dropped=(ctx, n, outs))
+
+
+def _finish_reduced(ex, step, it, n, members, results, failures) -> None:
+    """Fast mode, some sample failed: members 0 and 1 (decoder and resize, computed together) drop
+    their failed samples in turn and keep their results for the others; the rest runs as unfused.
+    Under on_error='raise' (or for a bug) the whole segment runs again on the exact path, which
+    raises as it would without fast mode."""
+    k = min(f[0] for f in failures)
+    if k >= 2:  # the fast pair went through for every sample: the usual way
+        _finish_fused(ex, step, it, None, n, members, results, failures)
+        return
+    for j in (0, 1):
+        inst, ctx, _, _ = members[j]
+        failed = [f for f in failures if f[0] == j]
+        if (inst.args.get("on_error") or ctx.on_error) == "raise" or not all(f[3] for f in failed):
+            _replay(ex, step, it, done=0)
+            return
+    left = list(range(n))  # the batch's samples still in it, by their index in the whole batch
+    for j in (0, 1):
+        node, (inst, ctx, _, layouts) = step.chain[j], members[j]
+        failed = {i: err for jj, i, err, _ in failures if jj == j}
+        ctx.failures = {pos: failed[i] for pos, i in enumerate(left) if i in failed}
+        kept = [i for i in left if i not in failed]
+        outs = _outputs(node, inst, ctx, layouts, results[j], kept)
+        ex._drop(it, node, ctx, len(left))
+        for m, out in enumerate(outs):
+            it.values[(node.id, m)] = out
+        left = kept
+    if len(step.chain) > 2:
+        _replay(ex, step, it, done=2)
+    else:
+        for node in step.deferred:
+            ex._run_node(node, it, gpu=False)
 
 
 def _replay(ex, step: FusedStep, it, done: int, dropped=None) -> None:

@@ -46,12 +46,13 @@ import ctypes
 import ctypes.util
 import glob
 import importlib.util
+import math
 import os
 import threading
 
 import numpy as np
 
-__all__ = ["available", "decode_window", "decode_full", "JPEGDataError"]
+__all__ = ["available", "decode_window", "decode_full", "decode_scaled", "JPEGDataError"]
 
 _TJINIT_DECOMPRESS = 1
 _TJPARAM_STOPONWARNING, _TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 0, 4, 5, 6
@@ -70,7 +71,12 @@ class _Region(ctypes.Structure):
     _fields_ = [("x", ctypes.c_int), ("y", ctypes.c_int), ("w", ctypes.c_int), ("h", ctypes.c_int)]
 
 
+class _Scale(ctypes.Structure):
+    _fields_ = [("num", ctypes.c_int), ("denom", ctypes.c_int)]
+
+
 _UNCROPPED = _Region(0, 0, 0, 0)
+_UNSCALED = _Scale(1, 1)
 
 
 class JPEGDataError(ValueError):
@@ -135,6 +141,7 @@ def _declare(lib) -> None:
     lib.tj3DecompressHeader.restype, lib.tj3DecompressHeader.argtypes = c_int, [vp, vp, c_size]
     lib.tj3Get.restype, lib.tj3Get.argtypes = c_int, [vp, c_int]
     lib.tj3SetCroppingRegion.restype, lib.tj3SetCroppingRegion.argtypes = c_int, [vp, _Region]
+    lib.tj3SetScalingFactor.restype, lib.tj3SetScalingFactor.argtypes = c_int, [vp, _Scale]
     lib.tj3Decompress8.restype, lib.tj3Decompress8.argtypes = c_int, [vp, vp, c_size, vp, c_int, c_int]
     lib.tj3Set.restype, lib.tj3Set.argtypes = c_int, [vp, c_int, c_int]
     lib.tj3GetErrorStr.restype, lib.tj3GetErrorStr.argtypes = ctypes.c_char_p, [vp]
@@ -203,7 +210,8 @@ def decode_full(buf: np.ndarray, pixel_format: str, expect: tuple[int, int] | No
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if W <= 0 or H <= 0 or (expect is not None and (H, W) != tuple(expect)):
         return None
-    if quick.tj3SetCroppingRegion(h, _UNCROPPED) != 0:  # a partial decode's region stays set otherwise
+    # a partial or scaled decode's region and scale stay set otherwise
+    if quick.tj3SetScalingFactor(h, _UNSCALED) != 0 or quick.tj3SetCroppingRegion(h, _UNCROPPED) != 0:
         return None
     pf, channels = _PIXEL_FORMATS[pixel_format]
     out = np.empty((H, W, channels), np.uint8)
@@ -250,7 +258,8 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     else:
         mcu = _MCU_WIDTH[sub]
         x0, x1, top = max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
-    if quick.tj3SetCroppingRegion(h, _Region(x0, top, x1 - x0, y + hh - top)) != 0:
+    if quick.tj3SetScalingFactor(h, _UNSCALED) != 0 or \
+            quick.tj3SetCroppingRegion(h, _Region(x0, top, x1 - x0, y + hh - top)) != 0:
         return None
     out = np.empty((y + hh - top, x1 - x0, 3), np.uint8)
     if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_BGR if bgr else _TJPF_RGB) != 0:
@@ -260,3 +269,57 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
         return out
     return np.ascontiguousarray(out[y - top:, x - x0:x - x0 + ww])
 
+
+
+def scaled_size(extent: int, eighths: int) -> int:
+    """An image side of ``extent`` pixels decoded at ``eighths``/8 of its size (libjpeg rounds up)."""
+    return -(-extent * eighths // 8)
+
+
+def decode_scaled(buf: np.ndarray, window, eighths: int, bgr: bool = False):
+    """Decode a colour JPEG (1D uint8 ``buf``) at ``eighths``/8 of its size (1..8; libjpeg-turbo's
+    DCT scaling: each 8x8 block of coefficients becomes an ``eighths`` x ``eighths`` block of
+    pixels), covering at least the ``(y, x, h, w)`` window given in the scaled image's pixels.
+
+    Returns ``(image, (top, left))``: an HWC uint8 array (RGB, or BGR) and the scaled image's
+    position of its first pixel: the window's rows, and columns from up to two iMCUs before it to
+    one after it (TurboJPEG crops on iMCU columns; see decode_window for the margin); or None when the library is
+    unavailable or the file fails (corrupt data, an unusual layout): the caller then decodes it in
+    full. The pixels are not those of the full decode: use it only where they are shrunk anyway
+    (see stoker.pipeline.reduced_decode)."""
+    h = _handle()
+    if h is None:
+        return None
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    ptr, size = buf.ctypes.data, buf.size
+    quick = _state["quick"]
+    if quick.tj3DecompressHeader(h, ptr, size) != 0:
+        _local.handle = None  # see _failure
+        return None
+    sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
+    W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
+    if not 0 <= sub < len(_MCU_WIDTH) or sub == _TJSAMP_GRAY or W <= 0 or H <= 0:
+        return None
+    g = math.gcd(eighths, 8)  # TurboJPEG takes its factors in lowest terms only
+    if quick.tj3SetScalingFactor(h, _Scale(eighths // g, 8 // g)) != 0:
+        return None
+    sw, sh = scaled_size(W, eighths), scaled_size(H, eighths)
+    y, x, hh, ww = (int(v) for v in window)
+    if hh <= 0 or ww <= 0 or y < 0 or x < 0 or y + hh > sh or x + ww > sw:
+        return None
+    if quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
+        x0, x1 = 0, sw  # whole rows: cropping costs more than it saves there (module docstring)
+    else:
+        # TurboJPEG crops on (scaled) iMCU columns; one more on each side, as in decode_window, so
+        # that the chroma upsampling of the window's edge columns sees its real neighbours.
+        mcu = scaled_size(_MCU_WIDTH[sub], eighths)
+        x0, x1 = max(0, x - x % mcu - mcu), min(sw, x + ww + mcu)
+    bottom = y + hh
+    if quick.tj3SetCroppingRegion(h, _Region(x0, y, x1 - x0, bottom - y)) != 0:
+        return None
+    out = np.empty((bottom - y, x1 - x0, 3), np.uint8)
+    if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_BGR if bgr else _TJPF_RGB) != 0:
+        _local.handle = None  # see _failure
+        return None
+    return out, (y, x0)
