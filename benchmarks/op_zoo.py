@@ -209,6 +209,29 @@ def ssd_style(fn, types, root: str):
     return images, boxes, labels
 
 
+def ssd_without_bbox_crop(fn, types, root: str):
+    """The SSD pipeline with random_bbox_crop's window drawn by fn.random.uniform instead (probe:
+    how fast the rest of it runs; the boxes are not cropped)."""
+    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    boxes_of, labels_of = _boxes_source()
+    boxes = fn.external_source(source=boxes_of, batch=False)
+    labels = fn.external_source(source=labels_of, batch=False)
+    shape = fn.random.uniform(range=(0.3, 0.7), shape=(2,))  # (anchor + shape stays within the image)
+    anchor = fn.random.uniform(range=(0.0, 0.3), shape=(2,))
+    images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed", output_type=types.RGB)
+    flip = fn.random.coin_flip(probability=0.5)
+    boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip)
+    images = fn.resize(images, resize_x=300, resize_y=300)
+    images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=(0.875, 1.125)),
+                                    contrast=fn.random.uniform(range=(0.5, 1.5)))
+    images = fn.hsv(images, hue=fn.random.uniform(range=(-18.0, 18.0)), saturation=fn.random.uniform(range=(0.5, 1.5)))
+    images = fn.crop_mirror_normalize(images, crop=(300, 300), mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                      std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=flip,
+                                      dtype=types.FLOAT, output_layout="CHW")
+    boxes, labels = fn.box_encoder(boxes, labels, criteria=0.5, anchors=_anchors())
+    return images, boxes, labels
+
+
 def segmentation_style(fn, types, root: str):
     """An image and its mask (here the image's grey level, quantised) through the same random
     rotation matrix (warp_affine: linear for the image, nearest for the mask) and the same flip."""
@@ -247,6 +270,7 @@ PIPELINES = {"train": standard_train, "val": standard_val, "augmented": augmente
              "segmentation": segmentation_style,
              "rand_augment": rand_augment_pipeline, "trivial_augment": trivial_augment_pipeline}
 # Partial pipelines that tell where a zoo pipeline's time goes (``--pipelines`` takes their names too).
-PROBES = {"detection_decode": detection_decode, "decode_only": decode_only}
+PROBES = {"detection_decode": detection_decode, "decode_only": decode_only,
+          "ssd_without_bbox_crop": ssd_without_bbox_crop}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
 CONDITIONAL = {"rand_augment", "trivial_augment"}
