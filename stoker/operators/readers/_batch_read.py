@@ -1,6 +1,7 @@
 """A batch of byte ranges read by the I/O helper process, parsed, and the next batch read ahead.
 
-Why: the container readers (TFRecord, webdataset, RecordIO, ``.npy`` files) used to read each
+Why: the container readers (TFRecord, webdataset, RecordIO, ``.npy`` files, and the LMDB and
+COCO readers) used to read each
 sample with its own ``open``/``seek``/``read`` on the thread pool, in the CPU stage. On an H100
 (16 threads, batch 256) that per-sample Python waited for the GIL and the stage ran 3-6x slower
 than the file reader, which reads through :mod:`._io_worker` one batch ahead. This module gives
@@ -39,7 +40,8 @@ class ParsedBatch:
 class RangeReads:
     """The I/O helper process and the read-ahead thread of one reader.
 
-    ``ranges(refs)`` gives the samples' (path, offset, size) entries; ``parse(ref, raw)`` turns
+    ``ranges(refs)`` gives the samples' entries (whole files, (path, offset, size) ranges or
+    LMDB records: see :meth:`._io_worker.ReadWorker.read`); ``parse(ref, raw)`` turns
     one sample's bytes (a read-only uint8 view) into its outputs."""
 
     def __init__(self, ranges, parse):
@@ -49,12 +51,13 @@ class RangeReads:
         self.pending = None  # (refs, future) of the batch read ahead
 
     def _read(self, refs: list) -> ParsedBatch:
-        samples, errors, _, _ = self.worker.read(self.ranges(refs), scan_frames=False)
+        entries = self.ranges(refs)
+        samples, errors, _, _ = self.worker.read(entries, scan_frames=False)
         results: list = [None] * len(refs)
         base = None
         for i, (r, raw) in enumerate(zip(refs, samples)):
             if raw is None:
-                results[i] = OSError(errors.get(i, "cannot be read"))
+                results[i] = OSError(f"cannot read {_describe(entries[i])}: {errors.get(i, 'unknown error')}")
                 continue
             if base is None:
                 base = raw.base
@@ -82,6 +85,16 @@ class RangeReads:
         if thread is not None:
             thread.shutdown(wait=True)
         self.worker.close()
+
+
+def _describe(entry) -> str:
+    """An entry of the helper as an error names it: the file (as :mod:`._storage` does), or the
+    LMDB database and key (as the LMDB readers' ``source_info`` does)."""
+    if isinstance(entry, str):
+        return f"file {entry!r}"
+    if isinstance(entry[1], bytes):
+        return f"{entry[0]} at key {entry[1].decode('utf-8', 'backslashreplace')}"
+    return f"file {entry[0]!r}"
 
 
 def locate(samples: list, base) -> tuple | None:

@@ -12,8 +12,9 @@ the file reader's guarantees without more code:
   refused;
 * argument errors naming the reader, the argument and the user's line.
 
-A subclass whose samples are byte ranges of local files says so (``reads_ranges``),
-where each lies (``sample_range``) and how its bytes become outputs (``parse_sample``);
+A subclass whose samples are byte ranges of local files (or LMDB records) says so
+(``reads_ranges``), where each lies (``sample_range``, or ``helper_entry``) and how its bytes
+become outputs (``parse_sample``);
 with 4 or more pipeline threads its batches are then read by the I/O helper process,
 one batch ahead (:mod:`._batch_read`), instead of sample by sample on the thread pool.
 
@@ -62,9 +63,16 @@ class IndexedReader(Reader):
         return self.parse_sample(i, np.frombuffer(raw, np.uint8))
 
     def reads_ranges(self) -> bool:
-        """Whether every sample is one byte range of a local file (``sample_range``), so that
-        batches may be read by the I/O helper process (:mod:`._batch_read`)."""
+        """Whether every sample is one byte range of a local file (``sample_range``) or one
+        record the helper can read (``helper_entry``), so that batches may be read by the I/O
+        helper process (:mod:`._batch_read`)."""
         return False
+
+    def helper_entry(self, i: int):
+        """What the I/O helper process reads for sample ``i``: by default its ``sample_range``
+        (a path, or (path, offset, size)); an LMDB reader gives (database path, key, read_ahead)."""
+        path, offset, size = self.sample_range(i)
+        return path if size is None else (path, offset, size)
 
     def sample_range(self, i: int) -> tuple[str, int, int | None]:
         """(path, offset, size) of sample ``i``'s bytes; size None: the whole file."""
@@ -189,11 +197,7 @@ class IndexedReader(Reader):
         return self._reads
 
     def _helper_ranges(self, refs: list) -> list:
-        out = []
-        for r in refs:
-            path, offset, size = self.sample_range(r)
-            out.append(path if size is None else (path, offset, size))
-        return out
+        return [self.helper_entry(r) for r in refs]
 
     def run_cpu(self, batch, inputs, arg_inputs):
         """Read the batch: through the I/O helper process one batch ahead when this reader reads
@@ -208,7 +212,7 @@ class IndexedReader(Reader):
                 parsed = reads.take(list(refs), self._peek_refs(len(refs)))
             except (OSError, EOFError) as e:  # the helper is gone: read in this process from now on
                 _log.warning("%s: the I/O helper process failed (%s); reading in this process", self._label(), e)
-                self.close()
+                self._stop_helper()  # (not close(): a subclass's close also drops what reading here needs)
                 self._use_helper = False
         if parsed is None:
             results = self.map_samples(batch, len(refs), lambda i: self.load_sample(refs[i]))
@@ -248,6 +252,9 @@ class IndexedReader(Reader):
 
     def close(self) -> None:
         """Stop the I/O helper process and the read-ahead thread (``Pipeline.close``)."""
+        self._stop_helper()
+
+    def _stop_helper(self) -> None:
         reads, self._reads = self._reads, None
         if reads is not None:
             reads.close()

@@ -5,6 +5,8 @@ the GIL, and each retake waits behind the pipeline's other Python threads. On
 an H100 reading a batch of 256 files inside the process took 12-29 ms of the
 CPU stage, more than everything else in it. Here one request per batch goes to
 a small process (plain Python, only the standard library); it reads the files
+(whole, or byte ranges of them; or the records of LMDB databases, which it opens
+itself with py-lmdb: see :class:`_Databases`)
 into one anonymous shared memory file and hands back its descriptor, which the
 pipeline maps once: samples are NumPy views of that mapping, with no copy. With
 each batch it sends the files' JPEG frame hints and, from the second batch on,
@@ -131,28 +133,91 @@ def _load_structure_check():
     return _load_backend_function("jpeg_scan_check.py", "scan_problem")
 
 
-def _sizes_of(entries: list) -> tuple[list, dict]:
-    """The byte count of each entry (a path: the whole file; (path, offset, size): that range) and
-    the entries that cannot be read {position: reason}."""
-    sizes, errors = [], {}
+def _is_record(entry) -> bool:
+    """Whether an entry is an LMDB record, (database path, key, read_ahead), rather than a file
+    (a path) or a byte range of one (path, offset, size)."""
+    return not isinstance(entry, str) and isinstance(entry[1], bytes)
+
+
+class _Databases:
+    """The LMDB databases of the batches' records, opened here, in the helper, on first use.
+
+    The pipeline's process cannot hand its own environments over: an lmdb handle does not cross
+    a process boundary (nor a fork) safely, so the helper opens each database itself, once, as
+    the readers do (read-only, without the lock file), and keeps it open for the next batches.
+    py-lmdb is imported from where the pipeline's process has it (``_STOKER_HELPER_LMDB``, as
+    NumPy is for the structure check): the helper starts without site-packages."""
+
+    def __init__(self):
+        self.envs: dict = {}  # real path -> environment
+        self.lmdb = None
+
+    def _env(self, path: str, read_ahead: bool):
+        key = os.path.realpath(path)
+        env = self.envs.get(key)
+        if env is None:
+            if self.lmdb is None:
+                where = os.environ.get("_STOKER_HELPER_LMDB")
+                if where and where not in sys.path:
+                    sys.path.append(where)
+                import lmdb
+
+                self.lmdb = lmdb
+            env = self.envs[key] = self.lmdb.open(path, readonly=True, lock=False, subdir=os.path.isdir(path),
+                                                  readahead=read_ahead)
+        return env
+
+    def values(self, entries: list) -> tuple[dict, dict, list]:
+        """({position: the record's value, a memoryview valid until its transaction ends},
+        {position: why it cannot be read}, the open transactions: abort them after copying)."""
+        values, errors, txns = {}, {}, {}
+        for i, e in enumerate(entries):
+            if not _is_record(e):
+                continue
+            path, key, read_ahead = e
+            try:
+                txn = txns.get(path)
+                if txn is None:
+                    txn = txns[path] = self._env(path, read_ahead).begin(buffers=True)
+                value = txn.get(key)
+            except Exception as err:  # noqa: BLE001 - lmdb.Error, or no lmdb here: a failed sample
+                errors[i] = f"{type(err).__name__}: {err}"
+                continue
+            if value is None:
+                errors[i] = "the key is gone (was the database changed?)"
+            else:
+                values[i] = value
+        return values, errors, list(txns.values())
+
+
+def _sizes_of(entries: list, values: dict, errors: dict) -> list:
+    """The byte count of each entry (a path: the whole file; (path, offset, size): that range;
+    an LMDB record: its value, read already into ``values``); an entry that cannot be read is
+    added to ``errors`` {position: reason} with size 0."""
+    sizes = []
     for i, e in enumerate(entries):
-        if not isinstance(e, str):
-            sizes.append(e[2])
-            continue
-        try:
-            st = os.stat(e)
-            if not stat.S_ISREG(st.st_mode):
-                raise IsADirectoryError(21, "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
-            sizes.append(st.st_size)
-        except OSError as err:
-            errors[i] = err.strerror or str(err)
+        if i in errors:
             sizes.append(0)
-    return sizes, errors
+        elif _is_record(e):
+            sizes.append(len(values[i]))
+        elif not isinstance(e, str):
+            sizes.append(e[2])
+        else:
+            try:
+                st = os.stat(e)
+                if not stat.S_ISREG(st.st_mode):
+                    raise IsADirectoryError(21, "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+                sizes.append(st.st_size)
+            except OSError as err:
+                errors[i] = err.strerror or str(err)
+                sizes.append(0)
+    return sizes
 
 
-def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict) -> None:
+def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict, values: dict) -> None:
     """Read every entry into its place in ``view``. Ranges of one file (a container's records)
-    share one descriptor for the batch and are read with ``preadv``: no seek, no copy."""
+    share one descriptor for the batch and are read with ``preadv``: no seek, no copy. LMDB
+    records are copied from their database's mapping (``values``)."""
     fds: dict = {}
     try:
         for i, e in enumerate(entries):
@@ -163,6 +228,9 @@ def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict)
                 if isinstance(e, str):
                     with open(e, "rb", buffering=0) as f:
                         sizes[i] = f.readinto(dst)  # a shrunk file keeps what was read
+                    continue
+                if i in values:
+                    dst[:] = values[i]
                     continue
                 path, at, want = e
                 fd = fds.get(path)
@@ -178,14 +246,16 @@ def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict)
             os.close(fd)
 
 
-def _read_batch(entries: list, slots: _Slots, scan=None, check=None):
-    """Read ``entries`` (paths of whole files, or (path, offset, size) ranges) into one slot.
+def _read_batch(entries: list, slots: _Slots, scan=None, check=None, dbs: _Databases | None = None):
+    """Read ``entries`` (paths of whole files, (path, offset, size) ranges, or LMDB records
+    (database path, key, read_ahead) when ``dbs`` is given) into one slot.
     Returns (slot id, fd to send or -1, capacity, offsets, sizes, errors by position, frame hints
     or None). ``scan`` (frame_hint) reads each file's JPEG frame header while its bytes are still
     in the cache: about 3 us a file here, in a process of its own, where the pipeline's process
     would wait for its GIL. ``check`` (scan_problem, with ``scan``): a seventh value per file, 1
     where a JPEG's marker structure is broken (:mod:`stoker.backend.jpeg_scan_check`)."""
-    sizes, errors = _sizes_of(entries)
+    values, errors, txns = dbs.values(entries) if dbs is not None else ({}, {}, [])
+    sizes = _sizes_of(entries, values, errors)
     offsets, off = [], 0
     for s in sizes:
         offsets.append(off)
@@ -193,7 +263,11 @@ def _read_batch(entries: list, slots: _Slots, scan=None, check=None):
     k, fd, capacity, mm = slots.take(off)
     view = memoryview(mm)
     try:
-        _read_entries(entries, view, offsets, sizes, errors)
+        try:
+            _read_entries(entries, view, offsets, sizes, errors, values)
+        finally:
+            for txn in txns:  # (the records' memoryviews end with their transaction)
+                txn.abort()
         hints = None
         if scan is not None:  # (flat int64 bytes: one buffer to pickle, one frombuffer to read)
             import array
@@ -216,6 +290,7 @@ def _read_batch(entries: list, slots: _Slots, scan=None, check=None):
 
 def _serve(sock: socket.socket) -> None:
     slots = _Slots()
+    dbs = _Databases()
     scan = _load_header_scan()
     check, check_loaded = None, scan is None
     while True:
@@ -226,7 +301,7 @@ def _serve(sock: socket.socket) -> None:
         slots.release(freed)
         # want_hints: 0 none, 1 frame hints, 2 frame hints and the structure check's flag
         k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None,
-                                                                 check if want_hints == 2 else None)
+                                                                 check if want_hints == 2 else None, dbs)
         if fd >= 0:
             socket.send_fds(sock, [b"F"], [fd])
         else:
@@ -345,6 +420,20 @@ def map_received(maps: dict, k: int, fds: list, capacity: int) -> None:
             os.close(fd)
 
 
+def _package_folder(name: str) -> str | None:
+    """The folder that holds package ``name`` as this process would import it (None: not
+    installed), found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
+
+
 class ReadWorker:
     """Handle of one I/O helper process; :meth:`read` returns a batch's file contents."""
 
@@ -352,8 +441,12 @@ class ReadWorker:
         import numpy as np
 
         self._np = np
-        # (the helper's JPEG structure check imports NumPy from where this process has it)
+        # (the helper's JPEG structure check imports NumPy, and its LMDB reads lmdb, from where
+        # this process has them)
         env = dict(os.environ, _STOKER_HELPER_NUMPY=os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))))
+        lmdb_dir = _package_folder("lmdb")
+        if lmdb_dir:
+            env["_STOKER_HELPER_LMDB"] = lmdb_dir
         self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)], env=env)
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}  # slot id -> this process's mapping of it
@@ -372,7 +465,9 @@ class ReadWorker:
         helper could not scan or ``scan_frames`` is false), and the samples' (addresses, byte sizes) as
         two uint64 arrays (for the hardware decoder's staging: :meth:`HardwareDecoder.stage`).
         ``check_structure``: the hints get the structure check's flag (from the second such batch).
-        ``paths``: whole files, or (path, offset, size) byte ranges (a container's records). The
+        ``paths``: whole files, (path, offset, size) byte ranges (a container's records), or
+        LMDB records (database path, key bytes, read_ahead), which the helper reads from its own
+        handle of the database (see :class:`_Databases`). The
         mapping is reused for a later batch once every sample of this one is gone."""
         import weakref
 

@@ -43,6 +43,8 @@ def join(base: str | None, rel: str) -> str:
     if not base or os.path.isabs(rel) or "://" in rel:
         return rel
     if is_remote(base):
+        # "./name" (readers.numpy lists a root's own files so) is no object key: S3 refuses it
+        rel = "/".join(part for part in rel.split("/") if part != ".")
         return base.rstrip("/") + "/" + rel
     return os.path.join(_local(base), rel)
 

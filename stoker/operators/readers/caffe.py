@@ -7,6 +7,9 @@ files are opened with the ``lmdb`` package, an optional dependency
 
 The data set is every key of every database in ``path``, in key order, database after
 database; its order, shards and padding are DALI's (see :class:`._indexed.IndexedReader`).
+With 4 or more pipeline threads the records are read by the I/O helper process one batch
+ahead (:mod:`._batch_read`), which opens the databases itself: an lmdb handle of this
+process cannot be used in another.
 A sample's ``source_info`` is ``"<database path> at key <key>"``, as in DALI.
 """
 
@@ -98,6 +101,8 @@ class LMDBReader(IndexedReader):
                     _release_env(env)
                 raise ListingError("path", f"cannot read the LMDB database {path!r}: {e}") from None
         self._envs, self._db_paths = envs, list(paths)
+        # (absolute: the I/O helper process opens them itself, whatever the current folder then)
+        self._db_abs = [os.path.abspath(p) for p in paths]
         self._db_of = np.asarray(db_of, dtype=np.int32)
         self._key_ends = np.cumsum(np.asarray(key_lens, dtype=np.int64))
         self._keys = b"".join(keys)
@@ -116,6 +121,17 @@ class LMDBReader(IndexedReader):
         digest.update(self._key_ends.tobytes())
         digest.update(self._keys)
 
+    # --- reading: in this process, or by the I/O helper process ---------------------------------
+    def reads_ranges(self) -> bool:
+        """Always: the helper reads LMDB records (from its own handle of each database)."""
+        return True
+
+    def helper_entry(self, i: int) -> tuple[str, bytes, bool]:
+        return self._db_abs[self._db_of[i]], self._key(i), bool(self.args.get("read_ahead"))
+
+    def load_sample(self, i: int) -> tuple:
+        return self.parse_sample(i, self.record(i))
+
     def record(self, i: int) -> bytes:
         """The value stored for sample ``i``."""
         env = self._envs[self._db_of[i]]
@@ -130,13 +146,20 @@ class LMDBReader(IndexedReader):
         return value
 
     def close(self) -> None:
+        """Stop the I/O helper process and close this reader's databases (``Pipeline.close``)."""
+        super().close()
+        self._release_envs()
+
+    def _release_envs(self) -> None:
         envs, self._envs = self._envs, []
         for env in envs:
             _release_env(env)
 
     def __del__(self):
+        # (only the databases: joining the read-ahead thread from a finalizer could run on that
+        # very thread; the helper exits by itself when its socket is collected)
         if getattr(self, "_envs", None):
-            self.close()
+            self._release_envs()
 
 
 def _caffe_outputs(args: dict) -> int:
@@ -169,8 +192,8 @@ class CaffeReader(LMDBReader):
         if not (self.args["image_available"] or self.args["label_available"]):
             raise self._arg_error("image_available", "with label_available=False too, there is nothing to read")
 
-    def load_sample(self, i: int) -> tuple:
-        raw = self.record(i)
+    def parse_sample(self, i: int, raw) -> tuple:
+        """The outputs of a ``Datum`` (``raw``: its bytes, or a uint8 view of them)."""
         try:
             f = _proto.fields(raw)
         except _proto.ProtoError as e:

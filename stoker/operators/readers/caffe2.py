@@ -99,8 +99,8 @@ class Caffe2Reader(LMDBReader):
         if self.num_outputs == 0:
             raise self._arg_error("image_available", "with label_type=4 and nothing else, there is nothing to read")
 
-    def load_sample(self, i: int) -> tuple:
-        raw = self.record(i)
+    def parse_sample(self, i: int, raw) -> tuple:
+        """The outputs of a ``TensorProtos`` record (``raw``: its bytes, or a uint8 view of them)."""
         where = self.sample_source(i)
         try:
             tensors = _proto.messages(_proto.fields(raw), 1)

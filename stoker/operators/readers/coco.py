@@ -14,7 +14,9 @@ Outputs, in DALI's order:
 6. with ``image_ids``: the image's id in the annotations, int32 (1,).
 
 How the annotations become samples is in :mod:`._coco_annotations`. A sample's
-``source_info`` is the image's ``file_name`` as written in the annotations.
+``source_info`` is the image's ``file_name`` as written in the annotations. With 4 or more
+pipeline threads local image files are read by the I/O helper process one batch ahead
+(:mod:`._batch_read`).
 
 ``save_preprocessed_annotations`` writes the parsed annotations to
 ``save_preprocessed_annotations_dir`` and ``preprocessed_annotations`` reads them back
@@ -167,10 +169,28 @@ class COCOReader(IndexedReader):
             digest.update(np.ascontiguousarray(arr).tobytes())
 
     # --- reading -------------------------------------------------------------------------------
-    def load_sample(self, i: int) -> tuple:
+    def _path(self, i: int) -> str:
+        root, name = self._opts["file_root"], self._index.filenames[i]
+        return _storage.join(root, name) if root else name
+
+    def reads_ranges(self) -> bool:
+        """Batches through the I/O helper process when the images are local files."""
+        root = self._opts["file_root"]
+        if root:
+            return not _storage.is_remote(root) and not any("://" in n for n in self._index.filenames)
+        return not any(_storage.is_remote(n) for n in self._index.filenames)
+
+    def sample_range(self, i: int) -> tuple[str, int, None]:
+        """The whole image file (the annotations come from the parsed index, not from a read)."""
+        path = self._path(i)
+        return (path if _storage.is_remote(path) else _storage.local_path(path)), 0, None
+
+    def parse_sample(self, i: int, raw) -> tuple:
+        """The outputs of sample ``i``: ``raw`` (the image file's bytes, a uint8 array) and its
+        annotations."""
         ix, a = self._index, self._opts
-        path = _storage.join(a["file_root"], ix.filenames[i]) if a["file_root"] else ix.filenames[i]
-        image = np.frombuffer(_storage.read_bytes(path), dtype=np.uint8)
+        path = self._path(i)
+        image = raw
         lo, hi = ix.obj[i], ix.obj[i + 1]
         out = [image, ix.boxes[lo:hi].copy(), ix.labels[lo:hi].copy()]
         if self._polygons or a["pixelwise_masks"]:

@@ -6,6 +6,8 @@ The files are the matches of ``file_filter`` under ``file_root`` (its own
 files first, listed as ``./name``, then those of each sub-folder in sorted
 order; deeper folders are not searched), the lines of ``file_list`` or
 ``files``. ``source_info`` is the path as listed; errors name the full path.
+Any of them may be a URL (``s3://...``; see :mod:`._storage`): whole files are then read
+with one request each, regions of interest with ranged reads.
 
 With a region of interest (``roi_*`` / ``rel_roi_*``, per-sample tensors
 allowed) only the rows of the file's slowest axis that the box covers are
@@ -38,11 +40,18 @@ from stoker.tensors import TensorListCPU
 def list_npy_tree(file_root: str, pattern: str) -> list[str]:
     """Files of ``file_root`` matching ``pattern`` (case-sensitive glob): its own files as
     ``./name``, then the files of each sub-folder as ``sub/name``, every folder sorted by name."""
-    if not os.path.isdir(file_root):
-        what = "is not a directory" if os.path.exists(file_root) else "does not exist"
+    if not _storage.isdir(file_root):
+        what = "is not a directory" if _storage.exists(file_root) else "does not exist"
         raise ListingError("file_root", f"{file_root!r} {what}")
 
     def files_of(folder: str) -> tuple[list[str], list[str]]:
+        if _storage.is_remote(folder):  # (a URL: listed with retries, see _remote)
+            try:
+                entries = _storage.list_dir(folder)
+            except OSError as e:
+                raise ListingError("file_root", f"cannot list {folder!r}: {e}") from None
+            return ([n for n, is_dir in entries if not is_dir and fnmatch.fnmatchcase(n, pattern)],
+                    [n for n, is_dir in entries if is_dir])
         names, dirs = [], []
         try:
             with os.scandir(folder) as it:
@@ -62,7 +71,7 @@ def list_npy_tree(file_root: str, pattern: str) -> list[str]:
     top, subdirs = files_of(file_root)
     paths = [f"./{n}" for n in top]
     for d in subdirs:
-        paths += [f"{d}/{n}" for n in files_of(os.path.join(file_root, d))[0]]
+        paths += [f"{d}/{n}" for n in files_of(_storage.join(file_root, d))[0]]
     if not paths:
         raise ListingError("file_root", f"no files matching {pattern!r} in {file_root!r} or its sub-folders")
     return paths
@@ -70,10 +79,14 @@ def list_npy_tree(file_root: str, pattern: str) -> list[str]:
 
 def _read_list(file_list: str) -> list[str]:
     try:
-        with open(file_list, encoding="utf-8") as f:
-            lines = [ln.strip() for ln in f.read().splitlines()]
+        if _storage.is_remote(file_list):
+            lines = [ln.strip() for ln in _storage.read_bytes(file_list).decode("utf-8").splitlines()]
+        else:
+            with open(file_list, encoding="utf-8") as f:
+                lines = [ln.strip() for ln in f.read().splitlines()]
     except OSError as e:
-        raise ListingError("file_list", f"cannot open {file_list!r}: {e.strerror or e}") from None
+        why = e if _storage.is_remote(file_list) else (e.strerror or e)
+        raise ListingError("file_list", f"cannot open {file_list!r}: {why}") from None
     paths = [ln for ln in lines if ln]
     if not paths:
         raise ListingError("file_list", f"{file_list!r} lists no files")
@@ -154,7 +167,7 @@ class NumpyReader(IndexedReader):
             base = root
         elif a["file_list"] is not None:
             paths = _read_list(a["file_list"])
-            base = root if root is not None else os.path.dirname(os.path.abspath(a["file_list"]))
+            base = root if root is not None else _storage.parent(a["file_list"])
         else:
             paths = list_npy_tree(root, a["file_filter"])
             base = root
