@@ -154,6 +154,10 @@ class Settings:
     tune_seconds: Setting[float] = Setting(
         5.0, SECONDS, "Longest time a pipeline with num_threads or prefetch_queue_depth \"auto\" measures "
         "candidates at build (plus the batch in flight); 0: the heuristic, no trials.")
+    cpu_lanes: Setting[int | None] = Setting(
+        None, _or_auto(COUNT), "CPU-stage threads of a GPU pipeline (1 or 2): with 2, one iteration's CPU operators "
+        "run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "
+        "halves keep their order. auto: 2 exactly when the batch-operator helper runs.", user=False)
     serial_stages: Setting[bool] = Setting(
         False, FLAG, "The CPU and GPU stages take turns instead of overlapping.", user=False)
     stage_queues: Setting[bool] = Setting(

@@ -35,15 +35,14 @@ from typing import Any
 from stoker import settings
 from stoker.errors import OperatorError, StokerError, printable
 from stoker.operators.base import BatchContext
-from stoker.pipeline import conditionals, fusion
+from stoker.pipeline import conditionals, cpu_lanes, fusion
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import _last_uses, _start_batch_offload, chain_process_count  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
 
-# Executors whose threads may still run (weak: a stage thread holds its executor anyway).
-# close_all() stops them before the interpreter finalizes; see its docstring for why.
+# Executors whose threads may still run (weak); close_all() stops them before finalization.
 _open_executors: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -80,8 +79,7 @@ def is_gpu_batch(value) -> bool:
     return type(value).__name__ == "TensorListGPU"
 _log = logging.getLogger("stoker")
 _MAX_REFILL_ROUNDS = 16
-# error_reports keeps the latest entries only: a long run over data with many bad files would
-# otherwise grow without bound (error_count counts them all).
+# error_reports keeps the latest entries only, so that it cannot grow without bound (error_count counts them all).
 MAX_ERROR_REPORTS = 10_000
 
 
@@ -101,6 +99,7 @@ class Iteration:
     reports: list = field(default_factory=list)
     track: Any = None  # per-sample bookkeeping under skip/substitute (tracking.Track)
     scopes: dict = field(default_factory=dict)  # conditional branch id -> its samples' indices
+    seq: int = 0  # schedule order (the CPU-stage lanes take their turns by it)
 
 
 class Executor:
@@ -137,6 +136,7 @@ class Executor:
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
         self._batch_offload = _start_batch_offload(graph, num_threads)
+        self._seq = 0
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
         self._close_lock = threading.Lock()  # a second close() waits until the first is done
@@ -145,11 +145,8 @@ class Executor:
         self._pending = 0
         self._lock = threading.Lock()
         _open_executors.add(self)  # (closed at interpreter exit: close_all)
-        # STOKER_SERIAL_STAGES=1 makes the CPU and GPU stages take turns instead of overlapping.
-        # Why it exists: nvImageCodec's Python binding hands the GIL back and forth per image, so
-        # a busy CPU stage beside a decode slows the decode call (H100, batch 256: 84 ms per call
-        # overlapped, 21 ms alone). In the whole training pipeline the two modes measured within
-        # run-to-run noise of each other (3.0-3.9k img/s), so overlapping stays the default.
+        # STOKER_SERIAL_STAGES=1: the CPU and GPU stages take turns instead of overlapping (a probe:
+        # measured within run-to-run noise of overlapping, benchmarks/RESULTS.md).
         self._stage_lock = threading.Lock() if settings.get().serial_stages else contextlib.nullcontext()
         if asynchronous:
             self._in: queue.Queue = queue.Queue()
@@ -161,7 +158,9 @@ class Executor:
             # however far ahead the CPU stage runs. H100 training pipeline: up to 857 MiB with
             # gpu_size unpopped batches (DALI: 834).
             self._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1)) if has_gpu else None
-            self._start(self._cpu_worker, "stoker-cpu-stage")
+            self._cpu_lanes = cpu_lanes.start(self, _STOP)  # 2 threads where it pays, else 1:
+            if self._cpu_lanes == 1:
+                self._start(self._cpu_worker, "stoker-cpu-stage")
             if has_gpu:
                 self._start(self._gpu_worker, "stoker-gpu-stage")
 
@@ -187,6 +186,7 @@ class Executor:
         it = Iteration(index, fed)
         with self._lock:
             self._pending += 1
+            it.seq, self._seq = self._seq, self._seq + 1
         if self.asynchronous:
             self._in.put(it)
         else:
@@ -240,7 +240,8 @@ class Executor:
                 return
             self._closed = True  # the stage threads now skip the iterations still queued
             if self.asynchronous:
-                self._in.put(_STOP)
+                for _ in range(getattr(self, "_cpu_lanes", 1)):
+                    self._in.put(_STOP)
             me = threading.current_thread()
             for t in self._threads:
                 if t is not me:
@@ -255,7 +256,6 @@ class Executor:
                 offload.close()
             _open_executors.discard(self)
 
-    # --- stages ------------------------------------------------------------
     def _start(self, target, name):
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()

@@ -14,7 +14,7 @@ from stoker.pipeline.executor import Executor
 
 def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
     ex = Executor.__new__(Executor)
-    ex.asynchronous, ex._closed, ex._pending = True, False, 0
+    ex.asynchronous, ex._closed, ex._pending, ex._seq = True, False, 0, 0
     ex._out, ex._in = queue.Queue(), queue.Queue()
     ex._mid = queue.Queue(maxsize=gpu_queue)
     ex._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1))
