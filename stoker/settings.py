@@ -147,7 +147,8 @@ class Settings:
         "auto uses min(num_threads, cores) - 1 for 8+ threads on 8+ cores (Linux).")
     batch_offload: Setting[bool | None] = Setting(
         None, _or_auto(FLAG), "Batch-wide CPU operators that opt in (random_bbox_crop, box_encoder) run in a "
-        "helper process, off the pipeline's GIL (Linux); auto: off (measured no faster on an H100).")
+        "helper process, off the pipeline's GIL (Linux); auto: in GPU pipelines whose CPU stage can run two "
+        "lanes (see cpu_lanes), where it measured faster on an H100.")
     switch_interval: Setting[float] = Setting(
         0.0002, SECONDS, "The interpreter's thread switch interval that stoker sets where Python's is longer "
         "(0 keeps Python's).")

@@ -20,9 +20,10 @@ between batches (random values come from counter-based streams keyed by the iter
 sample), so results are bit-identical to one lane (tests/pipeline/test_cpu_lanes.py).
 
 Used only where nothing else depends on the order of the middle part: no skip / substitute
-bookkeeping (refills advance the sources from the middle), no per-sample masks, no timing hook,
-and stages not serialised. ``STOKER_CPU_LANES`` = 1 or 2 overrides; auto: 2 exactly when the
-batch-operator helper runs.
+bookkeeping (refills advance the sources from the middle), no per-sample masks, and stages not
+serialised. ``STOKER_CPU_LANES`` = 1 or 2 overrides; auto: 2 exactly when the batch-operator
+helper runs, which in turn is started by default exactly where two lanes can run: the helper
+alone, with one lane waiting for it, made the SSD pipeline slower (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ def start(ex, marker) -> int:
     return lanes
 
 
+def lanes_possible(ex) -> bool:
+    """Whether executor ``ex`` can run two lanes (see the module docstring for the conditions)."""
+    if not ex.asynchronous or not ex.graph.gpu_nodes or settings.get().serial_stages:
+        return False
+    return not (ex.tracker.active or ex.tracker.mask_nodes)
+
+
 def lane_count(ex) -> int:
     """How many CPU-stage threads executor ``ex`` runs (1: the plain worker)."""
-    if not ex.asynchronous or not ex.graph.gpu_nodes or settings.get().serial_stages:
-        return 1
-    if ex.tracker.active or ex.tracker.mask_nodes:
+    if not lanes_possible(ex):
         return 1
     wanted = settings.get().cpu_lanes
     if wanted is not None:

@@ -135,7 +135,7 @@ class Executor:
         self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
-        self._batch_offload = _start_batch_offload(graph, num_threads)
+        self._batch_offload = _start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))
         self._seq = 0
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False

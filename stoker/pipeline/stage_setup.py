@@ -32,14 +32,16 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     return value
 
 
-def _start_batch_offload(graph: Graph, num_threads: int):
+def _start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = False):
     """The helper process for CPU operators that opt in to it (stoker.pipeline.batch_offload),
     started now so that it is ready by the first batches; None when no such operator is in the
-    graph or the setting says no. Auto is off: on an H100 the SSD-style pipeline ran no faster
-    with the helper than without, in two runs (9,036 against 9,265 img/s and 8,406 against 9,245,
-    benchmarks/RESULTS.md): the CPU stage still waits for the batch to come back, and after the
-    operators' own speed-ups the round trip costs about what the GIL time it frees is worth."""
+    graph or the setting says no. Auto: on exactly where the CPU stage can run two lanes
+    (``lanes_possible``, stoker.pipeline.cpu_lanes): with one lane the CPU stage only waits for
+    the helper, and the SSD pipeline ran slower with it (H100: 11,033 / 9,657 against 12,022 /
+    11,637 img/s without), while with two it ran faster (14,584 / 13,224; benchmarks/RESULTS.md)."""
     wanted = settings.get().batch_offload
+    if wanted is None:
+        wanted = lanes_possible
     if not wanted or not hasattr(os, "memfd_create"):
         return None
     if not any(getattr(graph.instances[n.id], "offload_cpu", False) for n in graph.cpu_nodes):

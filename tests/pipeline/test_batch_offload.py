@@ -122,16 +122,17 @@ def test_off_with_few_threads_by_default():
     pipe.close()
 
 
-def test_off_by_default_even_for_a_gpu_pipeline_with_threads(stoker_settings):
-    """Auto is off (measured no faster on an H100); the setting turns it on."""
+def test_auto_is_on_where_the_cpu_stage_can_run_two_lanes(stoker_settings):
+    """Auto: on in a GPU pipeline whose CPU stage can run two lanes (stoker.pipeline.cpu_lanes),
+    off where it cannot (skip mode: one lane would only wait for the helper); the setting rules."""
     import os
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     import null_device
 
-    with null_device.installed():
-        @pipeline_def(batch_size=2, num_threads=4, device_id=0, seed=1)
+    def helper_of(**kw):
+        @pipeline_def(batch_size=2, num_threads=4, device_id=0, seed=1, **kw)
         def p():
             boxes = fn.external_source(source=lambda info: _boxes(info.idx_in_epoch), batch=False)
             anchor, shape, _, _ = fn.random_bbox_crop(boxes, fn.external_source(
@@ -141,13 +142,14 @@ def test_off_by_default_even_for_a_gpu_pipeline_with_threads(stoker_settings):
         pipe = p()
         pipe.build()
         try:
-            assert _helper(pipe) is None
+            return _helper(pipe) is not None, pipe._executor._cpu_lanes
         finally:
             pipe.close()
+
+    with null_device.installed():
+        assert helper_of() == (True, 2)
+        assert helper_of(on_error="skip") == (False, 1)
+        stoker_settings(batch_offload=False)
+        assert helper_of() == (False, 1)
         stoker_settings(batch_offload=True)
-        pipe = p()
-        pipe.build()
-        try:
-            assert _helper(pipe) is not None
-        finally:
-            pipe.close()
+        assert helper_of(on_error="skip") == (True, 1)
