@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import queue
 import select
 import socket
 import sys
@@ -70,48 +71,79 @@ def _serve(sock: socket.socket) -> None:
             _send_msg(sock, ("redo",))
 
 
-class BatchOffload:
-    """One helper process running the opted-in operators' batches (see the module docstring)."""
+class _Connection:
+    """One helper process and what the pipeline knows of it."""
 
     def __init__(self):
         self.proc, self.sock = start_helper(["-m", "stoker.pipeline.batch_offload"],
                                             env={**settings.child_environ(), **_SINGLE_THREADED})
         self.ready = False
-        self.broken = False
-        self.sent: set = set()  # keys of the operator instances the helper holds
-        self.lock = threading.Lock()
-        self.offloaded = 0  # batches the helper computed (for tests and benchmarks)
+        self.sent: set = set()  # keys of the operator instances this helper holds
 
-    def is_ready(self) -> bool:
-        """Whether the helper has started (its ready byte has come); never waits."""
-        if not self.ready and not self.broken and select.select([self.sock], [], [], 0)[0]:
-            if self.sock.recv(1) != b"!":
+
+class BatchOffload:
+    """Helper processes running the opted-in operators' batches (see the module docstring): one
+    per CPU-stage lane (stoker.pipeline.cpu_lanes), each batch going to whichever is free."""
+
+    def __init__(self, helpers: int = 1):
+        self.conns: list[_Connection] = []
+        try:
+            for _ in range(max(1, helpers)):
+                self.conns.append(_Connection())
+        except OSError:
+            self.close()
+            raise
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        for conn in self.conns:
+            self._idle.put(conn)
+        self.broken = False
+        self._count_lock = threading.Lock()
+        self.offloaded = 0  # batches the helpers computed (for tests and benchmarks)
+
+    @property
+    def proc(self):
+        """The first helper's process (tests stop it to check the fall-back)."""
+        return self.conns[0].proc
+
+    def _ready(self, conn: _Connection) -> bool:
+        """Whether ``conn``'s helper has started (its ready byte has come); never waits."""
+        if not conn.ready and not self.broken and select.select([conn.sock], [], [], 0)[0]:
+            if conn.sock.recv(1) != b"!":
                 self._give_up("it exited before it was ready")
                 return False
-            self.ready = True
-        return self.ready
+            conn.ready = True
+        return conn.ready
+
+    def is_ready(self) -> bool:
+        """Whether every helper has started; never waits."""
+        return all(self._ready(conn) for conn in self.conns)
 
     def run(self, inst, batch, inputs: list, arg_inputs: dict):
-        """The operator's outputs for this batch computed by the helper, or None where the
+        """The operator's outputs for this batch computed by a helper, or None where the
         pipeline's process should compute them."""
-        if self.broken or not self.is_ready():
+        if self.broken:
             return None
         key = id(inst)
         fields = {name: getattr(batch, name) for name in _CONTEXT_FIELDS}
         fields["sources"] = list(fields["sources"])
+        conn = self._idle.get()  # (a free helper; each is used by one thread at a time)
         try:
-            with self.lock:
-                if key not in self.sent:
-                    _send_msg(self.sock, ("op", key, pickle.dumps(inst, protocol=pickle.HIGHEST_PROTOCOL)))
-                    self.sent.add(key)
-                _send_msg(self.sock, ("run", key, fields, inputs, arg_inputs))
-                reply = _recv_msg(self.sock)
+            if not self._ready(conn):
+                return None
+            if key not in conn.sent:
+                _send_msg(conn.sock, ("op", key, pickle.dumps(inst, protocol=pickle.HIGHEST_PROTOCOL)))
+                conn.sent.add(key)
+            _send_msg(conn.sock, ("run", key, fields, inputs, arg_inputs))
+            reply = _recv_msg(conn.sock)
         except (OSError, EOFError, pickle.PicklingError, TypeError, AttributeError) as e:
             self._give_up(f"{type(e).__name__}: {e}")
             return None
+        finally:
+            self._idle.put(conn)
         if reply[0] != "ok":
             return None
-        self.offloaded += 1
+        with self._count_lock:
+            self.offloaded += 1
         return reply[1]
 
     def _give_up(self, why: str) -> None:
@@ -121,9 +153,10 @@ class BatchOffload:
         self.broken = True
 
     def close(self) -> None:
-        if not self.ready and self.proc.poll() is None:
-            self.proc.kill()  # still importing: it holds nothing yet
-        stop_helper(self.proc, self.sock)
+        for conn in self.conns:
+            if not conn.ready and conn.proc.poll() is None:
+                conn.proc.kill()  # still importing: it holds nothing yet
+            stop_helper(conn.proc, conn.sock)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ def _start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = 
         return None
     from stoker.pipeline.batch_offload import BatchOffload
 
-    try:
-        return BatchOffload()
+    try:  # (one helper per CPU-stage lane: two lanes with one helper waited for each other)
+        return BatchOffload(helpers=2 if lanes_possible else 1)
     except OSError as e:
         _log.warning("stoker: no helper process for batch operators (%s)", e)
         return None
