@@ -283,8 +283,8 @@ def main() -> None:
             pipe.run()
         timers.clear()
         decoder = next(i for i in pipe._graph.instances.values() if hasattr(i, "_mixed_state"))
-        decoder._mixed_state.timing.clear()
-        decoder._mixed_state.trace.clear()
+        stats = decoder._mixed_state.stats  # (stoker.operators.decoders.mixed.stats.DecodeStats)
+        stats.clear()
         cpu0 = host_cpu()
         t0, n = time.perf_counter(), 0
         while time.perf_counter() - t0 < a.seconds:
@@ -296,13 +296,13 @@ def main() -> None:
         print(f"== {kind}: {n / dt:.0f} img/s, {dt / batches * 1e3:.1f} ms/batch", flush=True)
         for k, v in sorted(timers.items()):
             print(f"   {k}: {v / batches * 1e3:.1f} ms/batch")
-        timing = decoder._mixed_state.timing
+        timing = stats.timing
         for k, v in sorted(timing.items()):
             if k.endswith("_images"):  # counts: images per batch
                 print(f"   mixed.{k}: {v / max(timing['batches'], 1):.1f} per batch")
             elif k != "batches":
                 print(f"   mixed.{k}: {v / max(timing['batches'], 1) * 1e3:.1f} ms/batch")
-        print_timeline(decoder._mixed_state.trace)
+        print_timeline(stats.trace)
         print("   host cores busy: " + ", ".join(f"{k} {(cpu1[k] - cpu0.get(k, 0.0)) / dt:.2f}"
                                               for k in sorted(cpu1, key=lambda k: -(cpu1[k] - cpu0.get(k, 0.0)))
                                               if cpu1[k] - cpu0.get(k, 0.0) > 0.02 * dt), flush=True)

@@ -225,9 +225,6 @@ class Settings:
         "8 up.")
     cpu_decode_nice: Setting[int] = Setting(0, INTEGER, "Niceness of the decode helper processes.")
     # Diagnostic switches: to measure, or to try against a known problem
-    hybrid_share: Setting[float] = Setting(
-        0.0, SHARE, "Share of each batch for nvJPEG's GPU-hybrid backend beside the engines (measured slower "
-        "on an H100).", user=False)
     nvjpeg_pinned: Setting[bool] = Setting(True, FLAG, "Stage the engines' input in pinned memory.", user=False)
     nvjpeg_host_wait: Setting[bool] = Setting(
         True, FLAG, "Wait on the host before an engines' call (0 is unsafe: only to measure what the wait "
@@ -235,14 +232,6 @@ class Settings:
     nvjpeg_stream: Setting[str] = Setting(
         "pipeline", _choice("pipeline", "own"), "The engines' call on the pipeline's stream or on one of its "
         "own.", user=False)
-    nvjpeg_lanes: Setting[int] = Setting(
-        1, COUNT, "Split the engines' share over N decoders called at once (known to hang a pipeline).",
-        user=False)
-    nvjpeg_lane_handles: Setting[str] = Setting(
-        "own", _choice("own", "shared"), "With several lanes: an nvJPEG handle per lane, or one shared.",
-        user=False)
-    helpers_first: Setting[bool] = Setting(
-        False, FLAG, "Send a batch's JPEGs to the decode helpers before staging the engines' call.", user=False)
     gpu_pending: Setting[bool] = Setting(
         False, FLAG, "Load the GPU kernels whose GPU tests have not passed yet.", user=False)
 

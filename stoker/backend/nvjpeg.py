@@ -13,7 +13,7 @@ The hardware engines take baseline (sequential Huffman) colour and grayscale JPE
 :func:`hardware_eligible` picks those, the rest go to nvImageCodec or the CPU.
 
 The mixed decoders use it by default on GPUs that have the engines
-(``STOKER_NVJPEG_HW=0`` turns it off); see stoker/operators/decoders/_hardware_path.py.
+(``STOKER_NVJPEG_HW=0`` turns it off); see stoker/operators/decoders/mixed/ (README.md there).
 """
 
 from __future__ import annotations

@@ -68,19 +68,23 @@ if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's t
 
 
 def _cancel(prepared) -> None:
-    """Call off a GPU node's host half whose batch was dropped: a prepared dict may carry a
-    ``"cancel"`` callable (a mixed decoder returns the device buffer permit it holds)."""
-    if isinstance(prepared, dict) and callable(prepared.get("cancel")):
-        prepared["cancel"]()
+    """Call off a GPU node's host half whose batch was dropped: a prepared dict's ``"cancel"``
+    callable, or a prepared dataclass's ``cancel`` (a mixed decoder's ``PreparedBatch`` returns
+    its device buffer permit). Only those: a reader's refs or a Future must not be called off."""
+    own = hasattr(type(prepared), "__dataclass_fields__")
+    cancel = prepared.get("cancel") if isinstance(prepared, dict) else getattr(prepared, "cancel", 0) if own else 0
+    if callable(cancel):
+        cancel()
 
 
 def is_gpu_batch(value) -> bool:
     """True for a TensorListGPU (checked without importing CuPy)."""
     return type(value).__name__ == "TensorListGPU"
+
+
 _log = logging.getLogger("stoker")
 _MAX_REFILL_ROUNDS = 16
-# error_reports keeps the latest entries only, so that it cannot grow without bound (error_count counts them all).
-MAX_ERROR_REPORTS = 10_000
+MAX_ERROR_REPORTS = 10_000  # error_reports keeps the latest only (error_count counts them all)
 
 
 @dataclass
@@ -153,10 +157,8 @@ class Executor:
             has_gpu = bool(graph.gpu_nodes)
             self._mid: queue.Queue = queue.Queue(maxsize=max(1, gpu_queue)) if has_gpu else self._out
             # One permit per GPU-stage output not yet taken by pop(). As in DALI, the batch the
-            # consumer holds counts as one of gpu_size, so gpu_size - 1 (at least 1) more may be
-            # made ahead: the device memory held by finished batches stays at gpu_size batches
-            # however far ahead the CPU stage runs. H100 training pipeline: up to 857 MiB with
-            # gpu_size unpopped batches (DALI: 834).
+            # consumer holds counts as one of gpu_size, so the device memory held by finished
+            # batches stays at gpu_size batches however far ahead the CPU stage runs.
             self._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1)) if has_gpu else None
             self._cpu_lanes = cpu_lanes.start(self, _STOP)  # 2 threads where it pays, else 1:
             if self._cpu_lanes == 1:
@@ -180,7 +182,6 @@ class Executor:
             self._chain_workers = ChainWorkers(self._chain_processes)
         return self._chain_workers
 
-    # --- public ----------------------------------------------------------
     def schedule(self, fed: dict[str, Any], index: int) -> None:
         """Queue one iteration (``fed`` holds data given with feed_input for it)."""
         it = Iteration(index, fed)
@@ -339,9 +340,8 @@ class Executor:
                         if is_gpu_batch(it.values.get(key)):
                             del it.values[key]
                 it.done_event = self.gpu.record_event()
-                # Device intermediates (decoded images, resized batches) go back to the memory
-                # pool now, not when the consumer takes the outputs: with a full output queue
-                # they were most of the GPU memory held. Reuse is ordered on this stream.
+                # Device intermediates go back to the pool now, not when the consumer takes the
+                # outputs (with a full output queue they were most of the memory held).
                 for key in [k for k, v in it.values.items() if k not in self._output_keys and is_gpu_batch(v)]:
                     del it.values[key]
         except BaseException as e:  # noqa: BLE001

@@ -25,7 +25,7 @@ def _op(cpu_share, **args):
     pytest.importorskip("nvidia.nvimgcodec")
     from stoker.operators.decoders import mixed
 
-    op._mixed_state = mixed._State(0)
+    op._mixed_state = mixed.DecoderState(0)
     op._mixed_state.cpu_share, op._mixed_state.share_auto = cpu_share, False
     op._mixed_state.hw_problem = "disabled"  # these tests cover the nvImageCodec path
     assert Operator  # the stub mirrors the attributes the decoder reads
@@ -170,7 +170,7 @@ def test_hardware_random_crop_matches_cpu_window(batch_ctx, rng):
            for k, im in enumerate(imgs)]
     op = _hw_op()
     got, _ = _run(op, "image_random_crop", enc, batch_ctx)
-    assert op._mixed_state.timing["hw_images"] == 8  # none left to the CPU
+    assert op._mixed_state.stats.timing["hw_images"] == 8  # none left to the CPU
     for i, (g, buf) in enumerate(zip(got, enc)):
         full = _ref(buf)
         y, x, h, w = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, full.shape[0], full.shape[1])
@@ -192,35 +192,15 @@ def test_one_lane_on_a_stream_of_its_own_gives_the_same_pixels(kind, batch_ctx, 
     stoker_settings(nvjpeg_stream="pipeline")
     on_pipeline = _hw_op()
     got_pipeline, _ = _run(on_pipeline, kind, enc, batch_ctx)
-    assert on_pipeline._mixed_state.lanes[0][1] is None
+    assert on_pipeline._mixed_state.lane.stream is None
     stoker_settings(nvjpeg_stream="own")
     op = _hw_op()
-    assert len(op._mixed_state.lanes) == 1 and op._mixed_state.lanes[0][1] is not None
+    assert op._mixed_state.lane.stream is not None
     for _ in range(2):
         got_own, tl = _run(op, kind, enc, batch_ctx)
         assert tl._flat is not None
         for a, b in zip(got_pipeline, got_own):
             assert a.shape == b.shape and np.array_equal(a, b)
-
-
-@pytest.mark.parametrize("handles", ["own", "shared"])
-@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_engine_lanes_split_a_batch_with_the_same_pixels(kind, handles, batch_ctx, rng, stoker_settings):
-    """STOKER_NVJPEG_LANES=3: the engines' share of one batch goes to three decoders called at once,
-    each on its own stream (with nvJPEG handles of their own or one shared handle); the images
-    equal one decoder's bit for bit, progressive files included (they go to the CPU either way)."""
-    imgs = _smooth_images(rng, 11)
-    enc = [_jpeg(im, progressive=(k == 4)) for k, im in enumerate(imgs)]
-    got_one, _ = _run(_hw_op(), kind, enc, batch_ctx)
-    stoker_settings(nvjpeg_lanes=3, nvjpeg_lane_handles=handles)
-    op = _hw_op()
-    assert len(op._mixed_state.lanes) == 3
-    for _ in range(2):  # a second batch reuses the lanes' decoders and streams
-        got_three, tl = _run(op, kind, enc, batch_ctx)
-        assert tl._flat is not None
-        for a, b in zip(got_one, got_three):
-            assert a.shape == b.shape and np.array_equal(a, b)
-    assert op._mixed_state.timing["hw_images"] == 2 * 10
 
 
 def test_engines_call_without_padding_on_a_fresh_thread(cp, rng):
@@ -277,40 +257,14 @@ def test_hardware_path_names_a_corrupt_sample(batch_ctx, rng):
 
 
 @pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_hybrid_share_decodes_whole_images_and_crops_them(kind, batch_ctx, rng):
-    from stoker.operators.base import SampleContext
-    from stoker.operators.random.crop_window import sample_crop_window
-
-    imgs = _smooth_images(rng, 8)
-    enc = [_jpeg(im) for im in imgs]
-    op = _hw_op()
-    op._mixed_state.hybrid_share = 0.5
-    if op._mixed_state.hybrid() is None:
-        pytest.skip(f"no nvJPEG hybrid backend: {op._mixed_state.hybrid_problem}")
-    got, tl = _run(op, kind, enc, batch_ctx)
-    assert op._mixed_state.timing["hybrid_call_s"] > 0 and tl._flat is not None
-    for i, (g, buf) in enumerate(zip(got, enc)):
-        want = _ref(buf)
-        if kind == "image_random_crop":
-            y, x, h, w = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *want.shape[:2])
-            want = want[y:y + h, x:x + w]
-        assert g.shape == want.shape
-        assert np.abs(_luma(g) - _luma(want)).mean() < 1.0 and np.abs(g.astype(int) - want).mean() < 4.0
-
-
-@pytest.mark.parametrize("helpers_first", [False, True])
-@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
-def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, helpers_first, batch_ctx, rng, stoker_settings):
+def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, batch_ctx, rng):
     """STOKER_CPU_DECODE_PROCESSES: half of the batch's engine-eligible JPEGs (the cheapest on the
     host) decodes in helper processes; those samples equal libjpeg-turbo's window exactly, the rest come from the
-    engines, and the batch is still one flat buffer. Alike whether the helpers get their JPEGs
-    before the engines' call is staged (STOKER_HELPERS_FIRST) or after."""
+    engines, and the batch is still one flat buffer."""
     from stoker.operators.base import SampleContext
     from stoker.operators.decoders import turbo
-    from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
+    from stoker.operators.decoders.mixed.plan import cheapest_on_the_host
     from stoker.operators.random.crop_window import sample_crop_window
-
-    stoker_settings(helpers_first=helpers_first)
 
     if not turbo.available():
         pytest.skip("no TurboJPEG 3 library")
@@ -336,7 +290,7 @@ def test_cpu_share_in_helper_processes_equals_libjpeg_turbo(kind, helpers_first,
                     for i, full in enumerate(fulls)]
         sizes = np.array([full.shape[:2] for full in fulls])
         eligible = list(range(10)) + [11]
-        on_helpers = set(_cheapest_on_the_host(eligible, wins, sizes, int(round(len(eligible) * 0.5)))) | {10}
+        on_helpers = set(cheapest_on_the_host(eligible, wins, sizes, int(round(len(eligible) * 0.5)))) | {10}
         for i, (g, buf, full, win) in enumerate(zip(got, enc, fulls, wins)):
             if i in on_helpers:  # the helpers' share and the progressive JPEG: libjpeg-turbo, bit for bit
                 np.testing.assert_array_equal(g, turbo.decode_window(buf, win))

@@ -151,7 +151,7 @@ def test_decode_helpers_ignore_a_later_pythonpath(tmp_path, monkeypatch):
 
     if not turbo.available():
         pytest.skip("no TurboJPEG 3 library")
-    from stoker.operators.decoders._decode_worker import DecodeProcesses
+    from stoker.operators.decoders.mixed.helper_processes import DecodeProcesses
 
     marker = tmp_path / "marker.txt"
     _plant(tmp_path / "later_path", "PYTHONPATH", marker)

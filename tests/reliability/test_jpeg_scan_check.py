@@ -13,8 +13,9 @@ from reliability_images import jpeg_bytes, photo
 from stoker import settings, types
 from stoker.backend.jpeg_header import frame_hint
 from stoker.backend.jpeg_scan_check import damaged, scan_problem, structure_check_wanted
-from stoker.operators.decoders import _hardware_path, mixed
+from stoker.operators.decoders import mixed
 from stoker.operators.decoders.cpu import ImageDecodeError, decode_cpu
+from stoker.operators.decoders.mixed import hardware
 
 
 def _good() -> dict[str, bytes]:
@@ -137,10 +138,10 @@ def test_mixed_routing_sends_flagged_files_to_the_cpu_only_under_strict(monkeypa
     flagged = {"rst_swapped", "rst_removed", "chunk_deleted", "soi_in_scan"}
     on_gpu = [i for i, k in enumerate(files) if strict is False or k not in flagged]
     # nvJPEG path: _scan picks the engines' samples (hints from the reader or scanned here)
-    monkeypatch.setattr(_hardware_path, "_header", lambda a: (None, "other", 0, 0))
+    monkeypatch.setattr(hardware, "header", lambda a: (None, "other", 0, 0))
     hints = np.asarray([frame_hint(a) for a in arrays], np.int64)
     for h in (hints, None):
-        heads, sizes, eligible = _hardware_path._scan(_op(strict), arrays, h)
+        heads, sizes, eligible = hardware.scan(_op(strict), arrays, h)
         assert eligible == on_gpu
         assert (sizes > 0).all()  # flagged files keep their size: the CPU decoder fills their slot
     # nvImageCodec path (and the decision both paths share)

@@ -297,7 +297,7 @@ class FileReader(IndexedReader):
             data = TensorListCPU(samples, "", sources)
             if hints is not None or located is not None:
                 # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
-                # instead of scanning in this process (stoker/operators/decoders/_hardware_path.py).
+                # instead of scanning in this process (stoker/operators/decoders/mixed/hardware.py).
                 data._frame_hints = hints
                 data._located = located  # (addresses, sizes): the engines' staging needs no step per sample
             return [data, TensorListCPU(labels, "", sources)]

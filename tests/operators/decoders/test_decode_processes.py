@@ -1,4 +1,4 @@
-"""The mixed decoders' helper processes (``_decode_worker``): random-crop windows decoded in other
+"""The mixed decoders' helper processes (``mixed.helper_processes``): random-crop windows decoded in other
 processes into shared memory must equal the in-process ``turbo.decode_window`` pixel for pixel,
 jobs the library refuses come back as failures, and a batch called off before its answers were
 read does not hand its slot to another batch early. (The GPU upload from the slot is covered by
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stoker.operators.decoders import turbo
-from stoker.operators.decoders._decode_worker import DecodeProcesses, helper_cores
+from stoker.operators.decoders.mixed.helper_processes import DecodeProcesses, helper_cores
 
 pytestmark = [
     pytest.mark.skipif(not turbo.available(), reason="no TurboJPEG 3 library (pip install turbojpeg)"),
@@ -151,7 +151,7 @@ def test_turbo_suitable_picks_what_libjpeg_turbo_decodes_like_the_cpu_decoder():
 
     from PIL import Image
 
-    from stoker.operators.decoders._decode_worker import turbo_suitable
+    from stoker.operators.decoders.mixed.helper_processes import turbo_suitable
 
     rgb = Image.fromarray(np.random.default_rng(0).integers(0, 255, (30, 40, 3), np.uint8))
 
@@ -183,7 +183,7 @@ def test_a_dead_helper_is_reported_not_waited_for(procs):
 def test_the_default_spare_cores_are_a_quarter_of_the_allowed_ones(monkeypatch):
     import os
 
-    from stoker.operators.decoders._decode_worker import default_spare_cores
+    from stoker.operators.decoders.mixed.helper_processes import default_spare_cores
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4, 16)), raising=False)
     assert default_spare_cores() == 3  # 12 allowed (of however many the machine has)

@@ -12,7 +12,7 @@ from decoder_helpers import make_images, pil_bytes, smooth_image
 from stoker.backend.jpeg_header import NO_FRAME, frame_hint
 from stoker.backend.jpeg_scan_check import scan_problem
 from stoker.backend.nvjpeg import hardware_eligible, hardware_eligible_hints
-from stoker.operators.decoders import _hardware_path
+from stoker.operators.decoders.mixed import hardware
 
 
 def _samples() -> dict[str, bytes]:
@@ -47,11 +47,11 @@ def test_scan_with_hints_matches_scan_without(monkeypatch, max_pixels):
     files = _samples()
     arrays = [np.frombuffer(b, np.uint8) for b in files.values()]
     # nvImageCodec reads the headers the engines cannot take; a stand-in here (no GPU packages).
-    monkeypatch.setattr(_hardware_path, "_header", lambda a: (None, "other", len(a) % 7, 3))
+    monkeypatch.setattr(hardware, "header", lambda a: (None, "other", len(a) % 7, 3))
     op = type("Op", (), {"max_pixels": max_pixels})()
     hints = np.asarray([frame_hint(a) for a in arrays], np.int64)
-    heads_a, sizes_a, elig_a = _hardware_path._scan(op, arrays, hints)
-    heads_b, sizes_b, elig_b = _hardware_path._scan(op, arrays, None)
+    heads_a, sizes_a, elig_a = hardware.scan(op, arrays, hints)
+    heads_b, sizes_b, elig_b = hardware.scan(op, arrays, None)
     assert heads_a == heads_b and elig_a == elig_b
     np.testing.assert_array_equal(sizes_a, sizes_b)
     big = list(files).index("big.jpg")
@@ -59,7 +59,7 @@ def test_scan_with_hints_matches_scan_without(monkeypatch, max_pixels):
     if max_pixels:
         assert tuple(sizes_a[big]) == (0, 0)
     # hints of another batch's length are not trusted: the samples are scanned
-    assert _hardware_path._scan(op, arrays, hints[:-1])[2] == elig_b
+    assert hardware.scan(op, arrays, hints[:-1])[2] == elig_b
 
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd_create")

@@ -1,6 +1,6 @@
 """How the mixed decoders split a batch between the hardware engines and the helper processes:
-which images go to the host (_cheapest_on_the_host) and how the automatic share moves
-(_State.balance_share). Pure host logic, so it runs without a GPU."""
+which images go to the host (plan.cheapest_on_the_host) and how the automatic share moves
+(DecoderState.balance_share). Pure host logic, so it runs without a GPU."""
 
 import types as pytypes
 
@@ -9,7 +9,8 @@ import pytest
 
 from stoker import settings
 from stoker.operators.decoders import mixed
-from stoker.operators.decoders._hardware_path import _cheapest_on_the_host
+from stoker.operators.decoders.mixed.plan import cheapest_on_the_host as _cheapest_on_the_host
+from stoker.operators.decoders.mixed.stats import DecodeStats
 from stoker.settings import SettingsError
 
 
@@ -27,12 +28,12 @@ def test_small_windows_near_the_top_go_to_the_host():
 
 def _state(share=0.0, auto=True, ready=True):
     procs = pytypes.SimpleNamespace(ready=lambda: ready)
-    st = pytypes.SimpleNamespace(share_auto=auto, cpu_share=share, procs=procs, timing={"share_sum": 0.0})
+    st = pytypes.SimpleNamespace(share_auto=auto, cpu_share=share, procs=procs, stats=DecodeStats())
     return st
 
 
 def _balance(st, engines_wait, helpers_wait):
-    mixed._State.balance_share(st, engines_wait, helpers_wait)
+    mixed.DecoderState.balance_share(st, engines_wait, helpers_wait)
 
 
 def test_waiting_on_the_engines_raises_the_share_up_to_its_ceiling():
@@ -42,7 +43,7 @@ def test_waiting_on_the_engines_raises_the_share_up_to_its_ceiling():
     assert st.cpu_share == pytest.approx(0.10)
     for _ in range(100):
         _balance(st, 5e-3, 0.0)
-    assert st.cpu_share == pytest.approx(mixed._MAX_AUTO_SHARE)
+    assert st.cpu_share == pytest.approx(mixed.MAX_AUTO_SHARE)
 
 
 def test_waiting_on_the_helpers_lowers_it_faster_and_not_below_zero():
@@ -67,7 +68,9 @@ def test_a_fixed_share_or_missing_helpers_keep_the_share(state):
 
 
 def _fake_nv(monkeypatch):
-    monkeypatch.setattr(mixed, "_nv", lambda: pytypes.SimpleNamespace(
+    from stoker.operators.decoders.mixed import state
+
+    monkeypatch.setattr(state, "nv", lambda: pytypes.SimpleNamespace(
         Decoder=lambda **k: None, DecodeParams=lambda **k: None, ColorSpec=pytypes.SimpleNamespace(GRAY=0, SRGB=1)))
 
 
@@ -76,7 +79,7 @@ def test_share_setting_is_checked(monkeypatch, stoker_environ, value):
     _fake_nv(monkeypatch)
     stoker_environ(STOKER_CPU_DECODE_SHARE=value)
     with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_SHARE"):
-        mixed._State(0)
+        mixed.DecoderState(0)
     with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_SHARE"), settings.override(cpu_decode_share=value):
         pass
 
@@ -86,7 +89,7 @@ def test_helper_niceness_setting_is_checked(monkeypatch, stoker_environ, value):
     _fake_nv(monkeypatch)
     stoker_environ(STOKER_CPU_DECODE_NICE=value)
     with pytest.raises(SettingsError, match="STOKER_CPU_DECODE_NICE"):
-        mixed._State(0)
+        mixed.DecoderState(0)
     stoker_environ(STOKER_CPU_DECODE_NICE="")
     with settings.override(cpu_decode_nice="-2"):
-        assert mixed._State(0).procs_nice == -2  # an integer is taken
+        assert mixed.DecoderState(0).procs_nice == -2  # an integer is taken

@@ -4,7 +4,7 @@ Why: the GPU training pipeline is held back by the hardware JPEG engines (one
 call per batch of 256 takes 13-22 ms on an H100), so a share of each batch
 should decode on the host at the same time, as DALI's ``hw_decoder_load`` splits
 it. Decoding that share on the pipeline's own thread pool made the pipeline
-slower (10k -> 3.7k img/s with a quarter of each batch on an H100): every
+almost three times slower (a quarter of each batch, on an H100): every
 libjpeg-turbo call hands the GIL back and forth with the pipeline's Python
 threads. Here a few helper processes decode with their own GIL each.
 
@@ -35,7 +35,8 @@ import sys
 import threading
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_IO_WORKER = os.path.join(os.path.dirname(_HERE), "readers", "_io_worker.py")
+_DECODERS = os.path.dirname(_HERE)  # stoker/operators/decoders: turbo.py
+_IO_WORKER = os.path.join(os.path.dirname(_DECODERS), "readers", "_io_worker.py")
 
 
 def _load(name: str, path: str):
@@ -65,7 +66,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
     import numpy as np
 
     io = _load("_stoker_io_worker", _IO_WORKER)
-    turbo = _load("_stoker_turbo", os.path.join(_HERE, "turbo.py"))
+    turbo = _load("_stoker_turbo", os.path.join(_DECODERS, "turbo.py"))
     # Below the pipeline's own threads (the thread feeding the JPEG engines above all), which
     # must not wait for a core while the helpers decode.
     from stoker import settings  # (the helper imports stoker: _io_worker.start_helper)
@@ -116,8 +117,7 @@ def _reply_in_order(sock, io, replies) -> None:
     """Send each batch's answer once its jobs are done, in the order the batches came. Why a
     thread: the receiving loop then hands the next batch's jobs to the pool at once, so the pool's
     threads start on it while the previous batch's last (largest) images finish, instead of
-    idling until the whole batch is done (half the helpers' threads were idle so, H100 run of
-    2026-11-25)."""
+    idling until the whole batch is done (half the helpers' threads were idle so on an H100)."""
     import time
 
     while True:

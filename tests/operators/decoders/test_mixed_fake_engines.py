@@ -1,0 +1,190 @@
+"""The mixed decoders' hardware path on the null CUDA device, with a fake engine that decodes with
+OpenCV (libjpeg-turbo) into the slots nvJPEG would write. Covers, without a GPU, what the GPU
+tests cannot isolate: the split between engines and pool, the flat buffer's layout, a refused
+engines' call redone on the host (also in the CPU stage under on_error="skip"), and a dropped
+batch's cancel. Pixels against the real engines: tests/gpu/test_mixed_decode.py."""
+
+import ctypes
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import null_device  # noqa: E402
+
+from stoker.backend.nvjpeg import NvjpegUnavailable  # noqa: E402
+from stoker.operators.decoders.mixed.common import cpu_decode  # noqa: E402
+
+
+class FakeEngines:
+    """Stands in for :class:`stoker.backend.nvjpeg.HardwareDecoder`: the same stage/run/discard
+    protocol; ``run`` decodes each window with OpenCV and copies it to its destination pointer
+    (host memory under the null device)."""
+
+    refuse = False  # True: every call fails as nvJPEG's would (NvjpegUnavailable)
+
+    def __init__(self, device_id, share_handle=None):
+        self.last_run = (0.0, 0.0, 0.0)
+        self.calls = self.discarded = 0
+
+    def stage(self, datas, windows, fixed_batch=0, located=None):
+        return list(datas), np.asarray(windows, np.int64).reshape(-1, 4)
+
+    def run(self, call, dst_ptrs, stream, ready=None):
+        self.calls += 1
+        if FakeEngines.refuse:
+            raise NvjpegUnavailable("nvjpegDecodeBatchedEx failed (nvjpegStatus 6)")
+        for data, win, ptr in zip(call[0], call[1].tolist(), np.asarray(dst_ptrs).tolist()):
+            img = np.ascontiguousarray(cpu_decode(data, False, win))
+            ctypes.memmove(int(ptr), img.ctypes.data, img.nbytes)
+
+    def discard(self, call):
+        self.discarded += 1
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from stoker.backend import nvjpeg
+    from stoker.operators.decoders.mixed import hardware
+
+    def header(data):  # nvImageCodec's header read, by OpenCV (no GPU packages here)
+        img = cv2.imdecode(np.asarray(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        return (None, "", 0, 0) if img is None else (None, "other", img.shape[0], img.shape[1])
+
+    class Pinned(bytearray):  # CuPy's pinned memory has the address as .ptr (the null device's lacks it)
+        @property
+        def ptr(self):
+            return ctypes.addressof(ctypes.c_char.from_buffer(self))
+
+    monkeypatch.setattr(nvjpeg, "HardwareDecoder", FakeEngines)
+    monkeypatch.setattr(hardware, "header", header)
+    monkeypatch.setattr(FakeEngines, "refuse", False)
+    with null_device.installed() as cp:
+        monkeypatch.setattr(cp.cuda, "alloc_pinned_memory", lambda size: Pinned(int(size)))
+        yield cp
+
+
+def _op(cpu_share=0.0, on_error=None):
+    from stoker.operators.decoders import mixed
+
+    op = SimpleNamespace(args={"output_type": None, "on_error": on_error}, op_seed=7,
+                         instance_name="decoders.image", origin="test")
+    op.sample_args = lambda arg_inputs, i: op.args
+    st = op._mixed_state = mixed.DecoderState(0)
+    st.cpu_share, st.share_auto, st.procs_count, st.hw_problem = cpu_share, False, 0, None
+    return op
+
+
+def _batch(cp, n, pool, on_error="raise"):
+    from stoker.operators.base import BatchContext
+
+    batch = BatchContext(batch_size=0, stream=cp.cuda.Stream(non_blocking=True), device_id=0, pool=pool)
+    batch.sources = [f"s{i}" for i in range(n)]
+    batch.on_error = on_error
+    return batch
+
+
+def _encoded(rng, n=7):
+    """Baseline JPEGs (the engines'), a progressive one and a PNG (the host's)."""
+    out = []
+    for k in range(n):
+        h, w = rng.integers(20, 70, 2)
+        img = rng.integers(0, 255, (h, w, 3), np.uint8)
+        if k == 3:
+            ok, enc = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+        elif k == 5:
+            ok, enc = cv2.imencode(".png", img)
+        else:
+            ok, enc = cv2.imencode(".jpg", img)
+        out.append(enc.reshape(-1))
+    return out
+
+
+def _decode(op, kind, enc, batch, prepare_first=False):
+    from stoker.operators.decoders import mixed
+    from stoker.tensors import TensorListCPU
+
+    inputs = [TensorListCPU(enc)]
+    if prepare_first:  # as the executor does: the host half in the CPU stage
+        batch.prepared = mixed.prepare(op, kind, batch, inputs, {})
+    out = mixed.mixed_decode(op, kind, batch, inputs, {})[0]
+    return [np.asarray(s.get()) for s in out.samples()], out
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+@pytest.mark.parametrize("kind", ["image", "image_random_crop"])
+def test_engines_and_pool_fill_one_flat_buffer(fake, kind, share):
+    from stoker.operators.base import SampleContext
+    from stoker.operators.random.crop_window import sample_crop_window
+
+    enc = _encoded(np.random.default_rng(3))
+    op = _op(share)
+    with ThreadPoolExecutor(2) as pool:
+        got, tl = _decode(op, kind, enc, _batch(fake, len(enc), pool), prepare_first=True)
+    assert tl._flat is not None and tl.source_info() == [f"s{i}" for i in range(len(enc))]
+    for i, (g, data) in enumerate(zip(got, enc)):
+        want = cpu_decode(data, False, None)
+        if kind == "image_random_crop":
+            y, x, h, w = sample_crop_window(SampleContext(i, 0, op.op_seed, f"s{i}").rng, *want.shape[:2])
+            want = want[y:y + h, x:x + w]
+        np.testing.assert_array_equal(g, want)
+    engines = op._mixed_state.stats.timing["hw_images"]
+    assert engines == (5 if share == 0.0 else 3)  # of the 5 baseline JPEGs, round(2.5) = 2 moved to the host
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_refused_engines_call_is_redone_on_the_host(fake, on_error):
+    FakeEngines.refuse = True
+    enc = _encoded(np.random.default_rng(4))
+    op = _op(on_error=on_error)
+    with ThreadPoolExecutor(2) as pool:
+        batch = _batch(fake, len(enc), pool, on_error)
+        got, tl = _decode(op, "image", enc, batch, prepare_first=True)
+        # under skip the CPU stage waited for the call and redid its images there
+        assert (batch.prepared.redone is not None) == (on_error == "skip")
+    assert tl._flat is not None and not batch.failures
+    for g, data in zip(got, enc):
+        np.testing.assert_array_equal(g, cpu_decode(data, False, None))
+
+
+def test_a_bad_sample_on_the_pool_is_recorded_under_skip(fake):
+    enc = _encoded(np.random.default_rng(5))
+    enc[5] = np.frombuffer(b"\x89PNG\r\n\x1a\n not a png at all", np.uint8)
+    op = _op(on_error="skip")
+    with ThreadPoolExecutor(2) as pool:
+        batch = _batch(fake, len(enc), pool, "skip")
+        from stoker.operators.decoders import mixed
+        from stoker.tensors import TensorListCPU
+
+        mixed.prepare(op, "image", batch, [TensorListCPU(enc)], {})
+    assert list(batch.failures) == [5] and "s5" in str(batch.failures[5])
+
+
+def test_a_dropped_batch_gives_its_permit_back_and_skips_the_call(fake):
+    from stoker.operators.decoders import mixed
+    from stoker.pipeline.executor import _cancel
+    from stoker.tensors import TensorListCPU
+
+    enc = _encoded(np.random.default_rng(6))
+    op = _op()
+    st = op._mixed_state
+    with ThreadPoolExecutor(2) as pool:
+        batch = _batch(fake, len(enc), pool)
+        ahead = st.ahead._value
+        gate = threading.Event()
+        st.submit(gate.wait)  # the decoder's thread is busy: the batch's job waits behind this
+        prep = mixed.prepare(op, "image", batch, [TensorListCPU(enc)], {})
+        _cancel(prep)  # the executor drops the batch before its GPU stage
+        gate.set()
+        assert prep.engines.result() == (None, None)  # the job ran after the drop: no call
+        assert st.lane.decoder.calls == 0 and st.lane.decoder.discarded == 1
+    assert st.ahead._value == ahead
