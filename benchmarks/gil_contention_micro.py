@@ -54,8 +54,15 @@ def _cases(cp, np):
                 raise RuntimeError(f"cuLaunchKernel: {r}")
         return call
 
+    jpeg_like = np.frombuffer(np.random.default_rng(0).bytes(100_000), np.uint8)
+    slot = np.zeros(200_000, np.uint8)
+    memmove_keep = ctypes.PyDLL(None).memmove
+    memmove_keep.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+
     return {
         "python (no C call)": lambda: sum(range(20)),
+        "NumPy slice copy, 100 KB": lambda: slot.__setitem__(slice(0, jpeg_like.size), jpeg_like),
+        "PyDLL memmove, 100 KB": lambda: memmove_keep(slot.ctypes.data, jpeg_like.ctypes.data, jpeg_like.size),
         "cupy kernel launch": lambda: kernel((4,), (256,), (x, n), stream=stream),
         "ctypes.CDLL cuLaunchKernel": launch_ctypes(libcuda_free),
         "ctypes.PyDLL cuLaunchKernel": launch_ctypes(libcuda_keep),
