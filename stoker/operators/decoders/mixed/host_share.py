@@ -7,7 +7,6 @@ stage, :func:`collect` in the GPU stage.
 """
 from __future__ import annotations
 
-import ctypes
 import time
 from typing import NamedTuple
 
@@ -15,13 +14,6 @@ import numpy as np
 
 from stoker.operators.decoders.mixed.common import check_cpu_failures, cpu_one, cupy_mod, raises_on_error
 from stoker.operators.decoders.mixed.plan import DecodePlan, helper_candidates
-
-# libc's memmove called with the GIL held (PyDLL). A NumPy slice copy of a JPEG lets go of the GIL
-# and must then take it back from whichever thread runs Python meanwhile: about one switch
-# interval per file (benchmarks/gil_contention_micro.py), while the copy itself takes microseconds.
-_memmove = ctypes.PyDLL(None).memmove
-_memmove.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-_memmove.restype = ctypes.c_void_p
 
 
 class HostShare(NamedTuple):
@@ -122,13 +114,9 @@ def _send_to_processes(procs, lease, arrays, wins, plan: DecodePlan):
     """Copy the encoded bytes of the helpers' samples behind the slot's output region and hand
     their windows to the helper processes."""
     pos, jobs = plan.cpu_total, []
-    view = lease.view
-    base = view.ctypes.data
     for i in plan.helpers:
-        a = np.ascontiguousarray(arrays[i]).reshape(-1).view(np.uint8)
-        if pos + a.size > view.size:
-            raise ValueError(f"the helpers' slot holds {view.size} bytes, {pos + a.size} were needed")
-        _memmove(base + pos, a.ctypes.data, a.size)
+        a = arrays[i]
+        lease.view[pos:pos + a.size] = a
         y, x, h, w = wins[i]
         jobs.append((pos, a.size, y, x, h, w, int(plan.offsets[i]) - plan.cpu_start))
         pos += a.size
