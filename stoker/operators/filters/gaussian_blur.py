@@ -56,7 +56,7 @@ def gaussian_kernels(sigmas, windows) -> tuple[np.ndarray, np.ndarray, np.ndarra
     pairs, index = np.unique(np.stack([s, w], axis=1), axis=0, return_inverse=True)
     sig, lengths = pairs[:, 0], pairs[:, 1].astype(np.int64)
     taps = np.zeros((len(pairs), int(lengths.max()) if len(pairs) else 0), np.float32)
-    for length in np.unique(lengths).tolist():  # a few distinct windows, whatever the batch size
+    for length in sorted(set(lengths.tolist())):  # a few distinct windows, whatever the batch size
         rows = np.flatnonzero(lengths == length)
         r = (length - 1) // 2
         t = np.arange(-r, r + 1, dtype=np.float64)

@@ -144,7 +144,8 @@ def gpu_crop_mirror_normalize(op, batch, inputs, arg_inputs):
 
         windows, outside = out_of_bounds(op, batch, windows, x.geometry()[2], "crop_mirror_normalize")
         fills = np.asarray(op.args.get("fill_values") if op.args.get("fill_values") is not None else [0.0])
-        if outside.any() and op.args.get("out_of_bounds_policy") == "pad" and np.unique(fills).size > 1:
+        several = fills.size > 1 and (fills != fills.flat[0]).any()
+        if outside.any() and op.args.get("out_of_bounds_policy") == "pad" and several:
             return host_fallback(op, batch, inputs, arg_inputs)  # (the kernel pads with one value)
     if len(windows) and ((windows[:, 2:4] != windows[0, 2:4]).any()):
         # Crops of several sizes (a ragged batch and no crop argument): the kernel writes one
