@@ -155,6 +155,9 @@ class Settings:
     tune_seconds: Setting[float] = Setting(
         5.0, SECONDS, "Longest time a pipeline with num_threads or prefetch_queue_depth \"auto\" measures "
         "candidates at build (plus the batch in flight); 0: the heuristic, no trials.")
+    early_engines: Setting[bool] = Setting(
+        True, FLAG, "Mixed decoders start nvJPEG's hardware decoder at build, on a thread of their own, "
+        "rather than in the first batch.", user=False)
     cpu_lanes: Setting[int | None] = Setting(
         None, _or_auto(COUNT), "CPU-stage threads of a GPU pipeline (1 or 2): with 2, one iteration's CPU operators "
         "run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "

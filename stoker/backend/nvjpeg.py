@@ -247,7 +247,8 @@ class HardwareDecoder:
                 self.handle = share_handle.handle
             else:
                 self.handle = ctypes.c_void_p()
-                _check(self.holding.nvjpegCreateEx(self.backend, None, None, 0, ctypes.byref(self.handle)),
+                # (the GIL is let go: starting the hardware backend takes about half a second)
+                _check(self.releasing.nvjpegCreateEx(self.backend, None, None, 0, ctypes.byref(self.handle)),
                        f"nvjpegCreateEx(backend {self.backend})")
             self.state = ctypes.c_void_p()
             _check(self.holding.nvjpegJpegStateCreate(self.handle, ctypes.byref(self.state)), "nvjpegJpegStateCreate")

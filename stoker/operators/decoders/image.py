@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker import types
+from stoker import settings, types
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.decoders import roi as roi_mod
@@ -122,10 +122,16 @@ class _ImageDecoderBase(Operator):
         self.strict = True if a.get("strict") is None else bool(a["strict"])
 
     def bind_pipeline(self, pipe) -> None:
-        """Take the pipeline's max_pixels when the decoder was not given its own."""
+        """Take the pipeline's max_pixels when the decoder was not given its own; a mixed decoder
+        starts its hardware decoder now, beside the rest of the build."""
         default = getattr(pipe, "max_pixels", None)
         if not self._max_pixels_given and default is not None:
             self.max_pixels = default
+        device_id = getattr(pipe, "device_id", None)
+        if getattr(self, "device", None) == "mixed" and device_id is not None and settings.get().early_engines:
+            from stoker.operators.decoders.mixed import start_engines_early
+
+            start_engines_early(self, device_id)
 
     def decode(self, data, args, roi=None, roi_fn=None) -> np.ndarray:
         try:

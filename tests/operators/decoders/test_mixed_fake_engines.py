@@ -188,3 +188,43 @@ def test_a_dropped_batch_gives_its_permit_back_and_skips_the_call(fake):
         assert prep.engines.result() == (None, None)  # the job ran after the drop: no call
         assert st.lane.decoder.calls == 0 and st.lane.decoder.discarded == 1
     assert st.ahead._value == ahead
+
+
+def test_the_engines_start_at_build_on_a_thread_of_their_own(fake, monkeypatch, tmp_path):
+    """A mixed decoder makes its hardware decoder while the pipeline builds, once, on its own
+    thread; the first batch uses that one."""
+    import stoker.fn as fn
+    from stoker import pipeline_def
+
+    made = []
+
+    class SlowEngines(FakeEngines):
+        def __init__(self, device_id, share_handle=None):
+            made.append(threading.current_thread().name)
+            threading.Event().wait(0.2)  # (nvJPEG's hardware backend takes about 0.5 s to start)
+            super().__init__(device_id, share_handle)
+
+    from stoker.backend import nvjpeg
+
+    monkeypatch.setattr(nvjpeg, "HardwareDecoder", SlowEngines)
+    path = tmp_path / "a.jpg"
+    cv2.imwrite(str(path), np.full((16, 24, 3), 90, np.uint8))
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=0, seed=1)
+    def pipe():
+        data = fn.external_source(source=lambda info: np.fromfile(path, np.uint8), batch=False)
+        return fn.decoders.image(data, device="mixed")
+
+    p = pipe()
+    p.build()
+    try:
+        for _ in range(200):  # (the thread was started at build; give it time to begin)
+            if made:
+                break
+            threading.Event().wait(0.01)
+        assert made == ["stoker-nvjpeg-start"]
+        decoder = next(i for i in p._graph.instances.values() if hasattr(i, "_mixed_state"))
+        p.run()
+        assert made == ["stoker-nvjpeg-start"] and isinstance(decoder._mixed_state.hw, SlowEngines)
+    finally:
+        p.close()

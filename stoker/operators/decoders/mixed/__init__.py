@@ -28,6 +28,8 @@ too raises an error naming the file. README.md in this folder maps the modules.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from stoker.operators.decoders.mixed.common import cpu_decode, frame_hints, strict_sound
@@ -44,16 +46,41 @@ __all__ = ["MAX_AUTO_SHARE", "CodecBatch", "DecodePlan", "DecodeStats", "Decoder
 _frame_hints = frame_hints  # (the name tests/operators/readers imports)
 
 
-def prepare(op, kind, batch, inputs, arg_inputs) -> PreparedBatch | CodecBatch:
-    """Host-side half of a mixed decode (runs in the CPU stage when the executor allows):
-    :func:`prepare_hardware` where the engines decode, else :func:`prepare_codec`."""
-    st = decoder_state(op, batch)
-    enc = inputs[0].samples()
+def _outputs_for_gpu(op) -> tuple[bool, bool]:
+    """(gray, on_gpu): whether the decoder outputs gray, and whether a GPU decoder can give its
+    output type and dtype at all (else every sample decodes on the host)."""
     out_type = op.args.get("output_type")
     gray = out_type is not None and getattr(out_type, "name", str(out_type)).endswith("GRAY")
     dtype = op.args.get("dtype")
     on_gpu = (gray or out_type is None or getattr(out_type, "name", "") == "RGB") and \
         (dtype is None or np.dtype(dtype) == np.uint8)
+    return gray, on_gpu
+
+
+def start_engines_early(op, device_id: int) -> None:
+    """Create the hardware decoder on a thread of its own now, at build, where the decoder will use
+    it: nvJPEG's hardware backend takes about half a second to start, which was most of the first
+    batch's wait. The first batch's prepare then finds it made, or waits for the rest."""
+    gray, on_gpu = _outputs_for_gpu(op)
+    if not on_gpu or gray or getattr(op, "_mixed_state", None) is not None:
+        return
+    st = op._mixed_state = DecoderState(device_id)
+
+    def make():
+        try:
+            st.hardware()
+        except Exception:  # noqa: BLE001 - the first batch makes it again and reports what fails
+            pass
+
+    threading.Thread(target=make, name="stoker-nvjpeg-start", daemon=True).start()
+
+
+def prepare(op, kind, batch, inputs, arg_inputs) -> PreparedBatch | CodecBatch:
+    """Host-side half of a mixed decode (runs in the CPU stage when the executor allows):
+    :func:`prepare_hardware` where the engines decode, else :func:`prepare_codec`."""
+    st = decoder_state(op, batch)
+    enc = inputs[0].samples()
+    gray, on_gpu = _outputs_for_gpu(op)
     # Baseline JPEGs go to the hardware engines through nvJPEG (one GIL-free call per
     # batch, on the decoder's own thread); the rest (progressive, EXIF-rotated) to the CPU.
     hw = st.hardware() if on_gpu and not gray else None

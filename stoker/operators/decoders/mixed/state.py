@@ -48,6 +48,7 @@ class DecoderState:
         self.out_bytes = 0  # the largest decoded batch so far (bytes): every batch's buffer size
         self.device_id = device_id
         self.hw = None  # nvJPEG hardware engines (stoker.backend.nvjpeg), made on first use
+        self._hw_lock = threading.Lock()
         self.lane: EngineLane | None = None  # the engines' decoder, stream and lock
         self.worker = None  # the thread that runs the hardware decode calls
         self.ahead = threading.Semaphore(max(1, conf.decodes_ahead))
@@ -130,7 +131,12 @@ class DecoderState:
         return self._nv_params
 
     def hardware(self):
-        """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable."""
+        """The hardware JPEG decoder, or None where nvJPEG's hardware backend is unavailable (made
+        once, by whichever thread asks first: :func:`start_engines_early`'s or the first batch's)."""
+        with self._hw_lock:
+            return self._hardware()
+
+    def _hardware(self):
         if self.hw is None and self.hw_problem is None:
             from stoker.backend.nvjpeg import HardwareDecoder, NvjpegUnavailable
 
