@@ -158,6 +158,10 @@ class Settings:
     early_engines: Setting[bool] = Setting(
         True, FLAG, "Mixed decoders start nvJPEG's hardware decoder at build, on a thread of their own, "
         "rather than in the first batch.", user=False)
+    rank_cores: Setting[bool] = Setting(
+        True, FLAG, "With several ranks on one host (LOCAL_RANK / LOCAL_WORLD_SIZE or SLURM's) and no pinning, "
+        "each rank's pipelines size their threads and helpers by, and run their decode helpers on, its own "
+        "share of the cores.")
     cpu_lanes: Setting[int | None] = Setting(
         None, _or_auto(COUNT), "CPU-stage threads of a GPU pipeline (1 or 2): with 2, one iteration's CPU operators "
         "run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "

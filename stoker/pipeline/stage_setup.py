@@ -10,6 +10,7 @@ import sys
 
 from stoker import settings
 from stoker.pipeline.graph import Graph
+from stoker.pipeline.host_cores import usable_cores
 
 _log = logging.getLogger("stoker")
 
@@ -26,7 +27,7 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
         return 0
     if value is None:
         if cpus is None:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            cpus = usable_cores()
         many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
         return min(num_threads, cpus) - 1 if many else 0
     return value

@@ -34,7 +34,6 @@ decoders steer their host share automatically anyway (``STOKER_CPU_DECODE_SHARE`
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from stoker import settings
@@ -56,7 +55,7 @@ def check_arguments(num_threads, depth) -> tuple[int | None, object, int, int]:
     """``(num_threads or None for "auto", prefetch_queue_depth as given, cpu_size, gpu_size)``;
     PipelineBuildError naming the argument for a bad value."""
     if num_threads is None or num_threads == -1:
-        num_threads = min(os.cpu_count() or 1, 8)
+        num_threads = min(usable_cores(), 8)
     elif isinstance(num_threads, str) and num_threads.strip().lower() == AUTO:
         num_threads = None
     elif isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
@@ -78,7 +77,10 @@ def check_arguments(num_threads, depth) -> tuple[int | None, object, int, int]:
 
 
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The cores the heuristic and the trials size by (this rank's share: stoker.pipeline.host_cores)."""
+    from stoker.pipeline.host_cores import usable_cores as cores
+
+    return cores()
 
 
 def heuristic_threads(gpu: bool, cores: int | None = None) -> int:

@@ -135,12 +135,11 @@ def _reply_in_order(sock, io, replies) -> None:
 # --- the pipeline side -------------------------------------------------------------------------
 
 def _allowed_cores() -> list[int] | None:
-    """The cores this process may run on (its affinity: a container may allow fewer than the
-    machine has), or None where that cannot be asked (not Linux)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
+    """The cores this process's pipelines use (its affinity, or its rank's share of it:
+    stoker.pipeline.host_cores), or None where that cannot be asked (not Linux)."""
+    from stoker.pipeline.host_cores import rank_cores
+
+    return rank_cores()
 
 
 def default_spare_cores() -> int:

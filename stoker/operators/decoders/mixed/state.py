@@ -15,6 +15,7 @@ from stoker.operators.decoders.mixed.common import cupy_mod, nv
 from stoker.operators.decoders.mixed.plan import steer_share
 from stoker.operators.decoders.mixed.stats import DecodeStats
 from stoker.pipeline.gil import shorten_switch_interval
+from stoker.pipeline.host_cores import usable_cores
 
 
 class EngineLane(NamedTuple):
@@ -30,7 +31,7 @@ class DecoderState:
 
     def __init__(self, device_id: int):
         conf = settings.get()
-        self._nv_threads = conf.nvimgcodec_threads or os.cpu_count() or 4
+        self._nv_threads = conf.nvimgcodec_threads or usable_cores()
         self._nv_decoder = None  # nvImageCodec's decoder and parameters: made on first use (see decoder)
         self._nv_params = None
         self._nv_lock = threading.Lock()
