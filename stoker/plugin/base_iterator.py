@@ -143,8 +143,12 @@ class BaseIterator:
         self._epoch = 0  # epochs ended so far (for the error summary)
         self._reported = [0] * self._num_gpus  # per pipeline: error entries already summarized
         self._summarized = False  # this epoch's summary was logged
-        # Under on_error="skip" epochs follow the reader's passes, not a count (see _pass_tracking).
         self._passes: PassTracker | None = None
+        self._track_passes(reader_name)
+        self._set_up_checkpoints()
+
+    def _track_passes(self, reader_name) -> None:
+        """Under on_error="skip" epochs follow the reader's passes, not a count (_pass_tracking)."""
         if reader_name:
             skipping = [skips_samples(p, reader_name) for p in self._pipes]
             if any(skipping) and not all(skipping):
@@ -160,8 +164,9 @@ class BaseIterator:
             warnings.warn("iterator: the pipelines skip bad samples (on_error='skip') but the iterator has no "
                           "reader_name: epochs are counted in samples, so they drift against the reader's "
                           "passes and good samples can move between epochs or, with PARTIAL/DROP, be lost. "
-                          "Give reader_name for every good sample exactly once per epoch", stacklevel=3)
+                          "Give reader_name for every good sample exactly once per epoch", stacklevel=4)
 
+    def _set_up_checkpoints(self) -> None:
         flags = {bool(getattr(p, "_enable_checkpointing", False)) for p in self._pipes}
         if len(flags) > 1:
             raise ValueError("iterator: all pipelines must agree on enable_checkpointing")
@@ -171,7 +176,7 @@ class BaseIterator:
             if any(s is not None for s in saved):
                 if any(s != saved[0] for s in saved):
                     warnings.warn("iterator: the pipelines were restored from checkpoints with different "
-                                  "iterator states; using the first one", stacklevel=3)
+                                  "iterator states; using the first one", stacklevel=4)
                 self._restore_state(saved[0])
             # Taken now, before the first batch is prepared, so that a checkpoint taken before
             # anything is consumed resumes from the very start.
