@@ -73,7 +73,7 @@ HOST_FALLBACK_ON_GPU = (
     "brightness", "brightness_contrast", "contrast", "color_twist", "hsv", "hue", "saturation",
     "color_space_conversion", "normalize", "pad", "slice", "rotate", "warp_affine", "warp_perspective",
     "experimental.warp_perspective", "gaussian_blur", "laplacian", "erase", "random_resized_crop", "jitter",
-    "water", "sphere", "noise.gaussian", "noise.salt_and_pepper", "noise.shot", "jpeg_compression_distortion",
+    "water", "sphere", "noise.gaussian", "noise.salt_and_pepper", "jpeg_compression_distortion",
     "grid_mask", "paste", "one_hot", "reinterpret", "squeeze", "expand_dims", "cat", "stack", "lookup_table",
     "element_extract", "coord_flip", "bb_flip", "cast_like", "reductions.max", "reductions.mean",
     "reductions.mean_square", "reductions.min", "reductions.rms", "reductions.std_dev", "reductions.sum",

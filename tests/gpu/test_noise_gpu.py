@@ -1,8 +1,9 @@
 """GPU noise.gaussian and noise.salt_and_pepper (stoker/operators/filters/gpu_noise.py) against the
-CPU operators with the same pipeline seed: the same random values on both devices; noise.shot
-through the host fallback.
+CPU operators with the same pipeline seed: the same random values on both devices (noise.shot:
+kernels/shot_noise.cu against element_poisson).
 
-Tolerances: salt_and_pepper is exact (integer words and thresholds). gaussian is exact except where
+Tolerances: salt_and_pepper and shot are exact (shot: IEEE steps only, its own exp/log, no fused
+multiply-adds); salt_and_pepper is exact (integer words and thresholds). gaussian is exact except where
 float64 log/cos/sin of CUDA and of NumPy round differently (an ulp) and that crosses a float32
 rounding boundary: practically never, so a tiny fraction of elements (``TINY``) may differ, by one
 level (1 for integers, 1e-6 relative for floats).
@@ -95,9 +96,28 @@ def test_salt_and_pepper_matches_cpu(dtype, kwargs, make_images):
     _assert_same(got[0], want[0])
 
 
-def test_shot_takes_the_host_fallback_with_the_cpu_values(make_images):
-    got, want = _both("noise.shot", lambda x: fn.noise.shot(x, factor=4.0), _images(make_images, np.uint8),
-                      kernel=False)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_shot_matches_cpu(dtype, n, make_images):
+    """Factors per sample over both regimes (search below lambda 16, PTRS above) and 0 (a copy)."""
+    images = make_images(n, 15, 70)
+    if dtype in (np.float32, np.float64):
+        batch = [(im.astype(dtype) / 255) * 300 for im in images]  # lambdas up to 300 / factor
+    elif dtype in (np.uint16, np.int16):
+        batch = [(im.astype(np.int32) * 120 - 9000).astype(dtype) for im in images]
+    else:
+        batch = [(im.astype(np.int16) - (128 if dtype == np.int8 else 0)).astype(dtype) for im in images]
+    factors = [20.0, 1.0, 0.0, 12.75, 0.3, 255.0, 3.0, 50.0, 7.0][:n]
+    got, want = _both("noise.shot", lambda x: fn.noise.shot(x, factor=_const(factors)), batch, iterations=2)
+    for g, w in zip(got, want):
+        _assert_same(g, w)
+    assert not all(np.array_equal(a, b) for a, b in zip(got[0], got[1])) or factors == [0.0]
+
+
+def test_shot_large_lambdas_and_empty_samples(make_images):
+    batch = [np.full((7, 9, 3), v, np.float32) for v in (1e6, 1e12, 1e17, 0.0, 5.0)]
+    batch.append(np.zeros((0, 9, 3), np.float32))
+    got, want = _both("noise.shot", lambda x: fn.noise.shot(x, factor=1.0), batch)
     _assert_same(got[0], want[0])
 
 
@@ -150,7 +170,8 @@ def test_unsupported_type_takes_the_host_fallback(make_images):
     on the host, with the CPU's values."""
     batch = [im.astype(np.int32) * 1000 for im in make_images(3)]
     for name, build in (("noise.gaussian", lambda x: fn.noise.gaussian(x, stddev=5.0)),
-                        ("noise.salt_and_pepper", lambda x: fn.noise.salt_and_pepper(x, prob=0.3))):
+                        ("noise.salt_and_pepper", lambda x: fn.noise.salt_and_pepper(x, prob=0.3)),
+                        ("noise.shot", lambda x: fn.noise.shot(x, factor=3.0))):
         got, want = _both(name, build, batch, kernel=False)
         _assert_same(got[0], want[0])
 
@@ -160,6 +181,7 @@ def test_unsupported_type_takes_the_host_fallback(make_images):
     ("salt_and_pepper", lambda x: fn.noise.salt_and_pepper(x, prob=_const([0.1, 0.2, 1.5])), "prob"),
     ("salt_and_pepper", lambda x: fn.noise.salt_and_pepper(x, salt_vs_pepper=_const([[0.1, 0.2]] * 3)),
      "salt_vs_pepper"),
+    ("shot", lambda x: fn.noise.shot(x, factor=_const([1.0, np.inf, 2.0])), "factor"),
 ])
 def test_bad_argument_fails_as_on_the_cpu(name, build, arg, make_images):
     images = make_images(3)

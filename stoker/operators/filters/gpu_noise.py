@@ -1,5 +1,5 @@
-"""GPU ``noise.gaussian`` and ``noise.salt_and_pepper``: one launch of ``kernels/noise.cu`` per
-batch, the CPU operators' values for the same seed.
+"""GPU ``noise.gaussian``, ``noise.salt_and_pepper`` (one launch of ``kernels/noise.cu`` per batch)
+and ``noise.shot`` (``kernels/shot_noise.cu``): the CPU operators' values for the same seed.
 
 Both CPU operators take every element's randomness from ``element_rng`` (Philox4x64-10 keyed by
 the sample's stream, one counter per block of four words), and the kernel computes the same words
@@ -7,14 +7,18 @@ and the same arithmetic element-parallel. The host builds one table row per samp
 key (``element_rng.batch_keys``, exactly the key ``sample_key(ctx.rng)`` gives on the CPU), its
 element count, how salt_and_pepper shares a draw among a pixel's channels, and the arguments: the
 values of the CPU operator's own ``params``, computed for the whole batch at once with NumPy
-(``gaussian_rows``, ``salt_and_pepper_rows``; no Python step per sample, issue 16). ``params``
-itself runs sample by sample only where NumPy cannot read the arguments at once or some value is
-refused: a bad per-sample argument fails with the CPU's error, naming the sample's source.
+(``gaussian_rows``, ``salt_and_pepper_rows``, ``shot_rows``; no Python step per sample, issue 16).
+``params`` itself runs sample by sample only where NumPy cannot read the arguments at once or some
+value is refused: a bad per-sample argument fails with the CPU's error, naming the sample's source.
 
-Through the host fallback instead: ``noise.shot`` (its Poisson draws come from a sequential
-generator), inputs on the CPU, element types other than uint8/int8/uint16/int16/float32/float64
-(the CPU's int32 rounding at the saturation limits and float16 rounding are not reproduced), and
-batches of more than 65535 samples.
+``noise.shot``'s Poisson counts come from ``element_poisson`` on the CPU: element j reads only its
+own Philox words, and ``kernels/shot_noise.cu`` does the same float64 steps (its own exp and log,
+no fused multiply-adds: ``SHOT_OPTIONS``), so the counts are equal bit for bit. (The CPU turns
+8-bit samples' search into a table look-up of the same thresholds; the kernel searches.)
+
+Through the host fallback instead: inputs on the CPU, element types other than
+uint8/int8/uint16/int16/float32/float64 (the CPU's int32 rounding at the saturation limits and
+float16 rounding are not reproduced), and batches of more than 65535 samples.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ _SUFFIX = {np.dtype(t): s for t, s in ((np.uint8, "u8"), (np.int8, "i8"), (np.ui
                                        (np.float32, "f32"), (np.float64, "f64"))}
 _ITAB, _FTAB = 8, 4  # as in noise.cu
 _MAX_GRID_Y = 65535  # one grid row per sample
+# shot_noise.cu's options: no fused multiply-adds, which NumPy's separate roundings never make
+SHOT_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
 def noise_tables(op_seed: int, iteration: int, sample_indices, shapes, rows, groups):
@@ -136,11 +142,27 @@ def salt_and_pepper_row_one(op, arg_inputs, i: int, dtype) -> tuple[np.ndarray]:
     return (np.array([float(thr_salt), float(thr), float(salt), float(pepper)]),)
 
 
-def _run(op, batch, inputs, arg_inputs, kind: str, per_thread: int, rows, one, groups=None):
+def shot_rows(op, arg_inputs, n: int) -> tuple[np.ndarray]:
+    """``(rows,)``: every sample's factor as the CPU's ``params`` gives it, for the whole batch at
+    once. ValueError for a factor that is not finite."""
+    factor = sample_scalars(op, arg_inputs, "factor", n, 20.0)
+    if not np.isfinite(factor).all():
+        raise ValueError("argument 'factor' must be finite")
+    return (factor.reshape(n, 1),)
+
+
+def shot_row_one(op, arg_inputs, i: int) -> tuple[np.ndarray]:
+    """Sample ``i``'s ``(row,)`` by the CPU operator's per-sample rule (``params``)."""
+    return (np.array([op.params(op.sample_args(arg_inputs, i))]),)
+
+
+def _run(op, batch, inputs, arg_inputs, kind: str, per_thread: int, rows, one, groups=None,
+         source: str = "noise", options: tuple = ("-std=c++17",)):
     """Launch ``noise_<kind>_<type>`` over the batch, a thread per ``per_thread`` elements.
     ``rows(n, dtype)`` gives every sample's ftab row at once, ``one(i, dtype)`` a sample's by the
     CPU's rule (:func:`plan_rows`: it names a sample whose arguments are refused);
-    ``groups(layout, shapes)`` the samples' (channels sharing a draw, inner elements)."""
+    ``groups(layout, shapes)`` the samples' (channels sharing a draw, inner elements); ``source``
+    and ``options``: the kernel file and its NVRTC options (before ``element_rng.kernel_options``)."""
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
@@ -164,7 +186,7 @@ def _run(op, batch, inputs, arg_inputs, kind: str, per_thread: int, rows, one, g
     itab[:, 0] = ptrs
     itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
     grid, block = grid_for(-(-int(sizes.max()) // per_thread), n)
-    kernel = cuda.load_kernel("noise", f"noise_{kind}_{_SUFFIX[dtype]}", element_rng.kernel_options())
+    kernel = cuda.load_kernel(source, f"noise_{kind}_{_SUFFIX[dtype]}", element_rng.kernel_options(options))
     kernel(grid, block, (upload_table(itab, batch), upload_table(ftab, batch)))
     return [out]
 
@@ -184,3 +206,10 @@ def gpu_salt_and_pepper_noise(op, batch, inputs, arg_inputs):
                 lambda n, dtype: salt_and_pepper_rows(op, arg_inputs, n, dtype),
                 lambda i, dtype: salt_and_pepper_row_one(op, arg_inputs, i, dtype),
                 lambda layout, shapes: salt_and_pepper_groups(layout, shapes, per_channel))
+
+
+@register_gpu("noise.shot")
+def gpu_shot_noise(op, batch, inputs, arg_inputs):
+    """``fn.noise.shot`` on GPU batches: one launch, the CPU's values."""
+    return _run(op, batch, inputs, arg_inputs, "shot", 1, lambda n, dtype: shot_rows(op, arg_inputs, n),
+                lambda i, dtype: shot_row_one(op, arg_inputs, i), source="shot_noise", options=SHOT_OPTIONS)

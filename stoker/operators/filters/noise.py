@@ -2,12 +2,12 @@
 
 Output shape and type are the input's; integer outputs are rounded (half up)
 and saturated. Random values depend only on (seed, iteration, sample), not on
-threads. ``noise.gaussian`` and ``noise.salt_and_pepper`` draw each element's
-randomness from ``element_rng`` (Philox keyed by the sample's stream), which
-their GPU kernels compute too: the same values on either device.
-``noise.shot`` draws from a NumPy Generator seeded from the sample's stream
-(its GPU batches go through the host). They differ from DALI's values (other
-generators); the distributions are the same.
+threads. All three draw each element's randomness from ``element_rng`` (Philox
+keyed by the sample's stream), which their GPU kernels compute too: the same
+values on either device. ``noise.shot``'s Poisson counts come from
+``element_poisson`` (a CDF search for small lambdas, PTRS with a bounded number of
+rounds above), whose steps the kernel repeats exactly. They differ from DALI's
+values (other generators); the distributions are the same.
 
 ``noise.shot``'s ``factor`` defaults to 20, DALI's documented (and schema)
 default; DALI 2.4's CPU operator was seen to quantize by 12 when the argument
@@ -20,14 +20,9 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.color._common import scalar, to_dtype
-from stoker.operators.filters import element_rng
+from stoker.operators.filters import element_poisson, element_rng
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.schema import Arg, Schema, register
-
-
-def _generator(ctx) -> np.random.Generator:
-    """A fast bulk generator keyed by the sample's counter-based stream."""
-    return np.random.Generator(np.random.SFC64(int(ctx.rng.integers(0, 1 << 62))))
 
 
 def _numeric(op, img):
@@ -146,11 +141,29 @@ class ShotNoise(LayoutAware):
         random=True,
     )
 
+    def setup(self):
+        factor = self.args.get("factor")
+        if factor is not None and not np.isfinite(factor):
+            raise arg_error("noise.shot", "factor", f"must be finite, got {factor}")
+
+    def params(self, args) -> float:
+        """This sample's factor, checked finite (shared with the GPU kernel)."""
+        factor = scalar(self, args, "factor", 20.0)
+        if not np.isfinite(factor):
+            raise self.error(f"argument 'factor' must be finite, got {factor}")
+        return factor
+
     def run_sample(self, inputs, args, ctx):
         img = _numeric(self, inputs[0])
-        factor = scalar(self, args, "factor", 20.0)
+        factor = self.params(args)
         if factor == 0:
             return img.copy()
+        key = element_rng.sample_key(ctx.rng)
         lam = np.maximum(img.astype(np.float64) / factor, 0.0)
-        counts = _generator(ctx).poisson(lam)
+        coded = None
+        if img.dtype.itemsize == 1:  # few distinct lambdas: the CDF search becomes a table look-up
+            lo = int(np.iinfo(img.dtype).min)
+            table = np.maximum(np.arange(lo, lo + 256).astype(np.float64) / factor, 0.0)
+            coded = (table, img.reshape(-1).astype(np.intp) - lo)
+        counts = element_poisson.poisson(key, lam, coded).reshape(img.shape)
         return to_dtype((counts * factor).astype(np.float32), img.dtype)
