@@ -31,16 +31,15 @@ def hann_window(n: int) -> np.ndarray:
     return (0.5 * (1.0 - np.cos(2.0 * np.pi / n * (t + 0.5)))).astype(np.float32)
 
 
-def window_indices(n: int, length: int, step: int, center: bool, reflect: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, inside): the signal index read by each (window, tap), shape (windows, length),
-    and whether it lies in the signal (False only where zero padding applies)."""
-    if center:
-        count = n // step + 1
-        offset = length // 2
-    else:
-        count = (n - length) // step + 1 if n >= length else 0
-        offset = 0
-    idx = np.arange(count, dtype=np.int64)[:, None] * step - offset + np.arange(length, dtype=np.int64)
+def window_indices(n: int, length: int, step: int, center: bool, reflect: bool, start: int = 0,
+                   stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, inside): the signal index read by each (window, tap) of windows ``start`` to
+    ``stop`` (default: all), shape (windows, length), and whether it lies in the signal (False
+    only where zero padding applies)."""
+    count, offset, _, _ = frame_range(n, length, step, center)
+    stop = count if stop is None else min(stop, count)
+    rows = np.arange(start, max(stop, start), dtype=np.int64)
+    idx = rows[:, None] * step - offset + np.arange(length, dtype=np.int64)
     if reflect and center and n > 0:
         if n == 1:
             idx = np.zeros_like(idx)
@@ -53,52 +52,81 @@ def window_indices(n: int, length: int, step: int, center: bool, reflect: bool) 
     return np.clip(idx, 0, max(n - 1, 0)), inside
 
 
-def frames_view(x: np.ndarray, length: int, step: int, center: bool, reflect: bool) -> np.ndarray:
-    """The (windows, length) frames of the 1D signal ``x`` as a strided view (no index arrays):
-    the signal padded once (mirrored or zeros) where windows are centred, then every ``step``-th
-    window of a sliding view. The same values :func:`window_indices` reads."""
-    n = x.shape[0]
-    if not center:
-        count = (n - length) // step + 1 if n >= length else 0
-        padded = x if count else np.zeros(length, x.dtype)
+def frame_range(n: int, length: int, step: int, center: bool) -> tuple[int, int, int, int]:
+    """(count, offset, first, stop): the number of windows, how far window 0 starts before the
+    signal, and the windows ``first <= k < stop`` that lie wholly inside it (the others need
+    padding)."""
+    if center:
+        count, offset = n // step + 1, length // 2
     else:
-        count = n // step + 1
-        left = length // 2
-        right = max((count - 1) * step + length - n - left, 0)
-        if n == 0:
-            padded = np.zeros(left + right, x.dtype)
-        elif reflect and n == 1:
-            padded = np.full(left + right + 1, x[0], x.dtype)
-        else:  # numpy's "reflect" mirrors without the edge sample, again and again for short signals
-            padded = np.pad(x, (left, right), mode="reflect" if reflect else "constant")
-    return np.lib.stride_tricks.sliding_window_view(padded, length)[::step][:count]
+        count, offset = ((n - length) // step + 1 if n >= length else 0), 0
+    first = min(-(-offset // step), count)
+    stop = max(min((n - length + offset) // step + 1, count), first) if n >= length else first
+    return count, offset, first, stop
 
 
-# Frames transformed per FFT call: the chunk's frames, spectrum and powers (~0.7 MB at nfft 512)
-# stay in a core's cache, and the buffers are reused call after call instead of being allocated
-# (and page-faulted in) per sample, which made whole-signal temporaries the larger part of the
-# cost once many pipeline threads ran at once.
-CHUNK = 128
+def frames_view(x: np.ndarray, length: int, step: int, center: bool, reflect: bool, start: int = 0,
+                stop: int | None = None) -> np.ndarray:
+    """Windows ``start <= k < stop`` of the 1D signal ``x`` as a (windows, length) array, the same
+    values :func:`window_indices` reads: a strided view of ``x`` where they lie inside it, a
+    gathered copy (mirrored or zero padded) where they do not."""
+    n = x.shape[0]
+    count, offset, first, last = frame_range(n, length, step, center)
+    stop = count if stop is None else min(stop, count)
+    if start >= stop:
+        return np.zeros((0, length), x.dtype)
+    if first <= start and stop <= last:
+        lo = start * step - offset
+        return np.lib.stride_tricks.sliding_window_view(x[lo:(stop - 1) * step - offset + length], length)[::step]
+    idx, inside = window_indices(n, length, step, center, reflect, start, stop)
+    if n == 0:
+        return np.zeros(idx.shape, x.dtype)
+    frames = x[idx]
+    if not reflect:
+        frames[~inside] = 0
+    return frames
+
+
+# Windows transformed per FFT call: the chunk's frames, spectrum and powers (~330 KB at nfft 512)
+# stay in a core's L2 cache, and the buffers are reused call after call instead of being
+# allocated (and page-faulted in) per sample; with two pipeline threads fresh buffers cost more
+# in the kernel than the arithmetic on them.
+CHUNK = 64
 _scratch = threading.local()
 
 
-def _new_buffers(rows: int, nfft: int):
-    nbins = nfft // 2 + 1
-    return np.zeros((rows, nfft)), np.empty((rows, nbins), np.complex128), np.empty((rows, nbins))
-
-
-def _buffers(rows: int, nfft: int, length: int):
-    """(frames, spectrum, powers) buffers for ``rows`` frames of ``nfft``, whose frame columns
-    from ``length`` on stay zero: this thread's own for full chunks, fresh ones for a short signal."""
-    if rows < CHUNK:
-        return _new_buffers(rows, nfft)
+def _buffers(nfft: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's (frames, spectrum, powers) buffers of ``CHUNK`` rows for ``nfft``: frame
+    columns from ``length`` on stay zero (never written), so only the window's taps are filled."""
     cache = getattr(_scratch, "bufs", None)
     if cache is None:
         cache = _scratch.bufs = {}
     bufs = cache.get((nfft, length))
     if bufs is None:
-        bufs = cache[(nfft, length)] = _new_buffers(rows, nfft)
+        nbins = nfft // 2 + 1
+        bufs = cache[(nfft, length)] = (np.zeros((CHUNK, nfft)), np.empty((CHUNK, nbins), np.complex128),
+                                        np.empty((CHUNK, nbins)))
     return bufs
+
+
+def _staging(count: int, nbins: int) -> np.ndarray:
+    """This thread's float32 (count, nbins) time-major buffer for a freq-major output: the powers
+    are stored in rows here and transposed into the output in one copy, which writes whole rows
+    of it (storing each chunk transposed wrote 64 values per row, a page apart, and cost more
+    than the FFT's copy in the pipeline)."""
+    size = count * nbins
+    buf = getattr(_scratch, "staging", None)
+    if buf is None or buf.size < size:
+        buf = _scratch.staging = np.empty(max(size, 1 << 18), np.float32)
+    return buf[:size].reshape(count, nbins)
+
+
+def _chunks(count: int, first: int, stop: int):
+    """(start, end) runs of at most CHUNK windows that do not straddle the padded edges, so that
+    all but the edge runs are views of the signal."""
+    for lo, hi in ((0, first), (first, stop), (stop, count)):
+        for k in range(lo, hi, CHUNK):
+            yield k, min(k + CHUNK, hi)
 
 
 def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndarray, power: int,
@@ -106,30 +134,37 @@ def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndar
     """The float32 spectrogram of the 1D float32 signal ``x``: (windows, nfft // 2 + 1), or
     (nfft // 2 + 1, windows) with ``freq_major``.
 
-    The windowed frames are transformed in float64: NumPy's float64 FFT runs ~2.8 times faster
-    than its float32 one (NumPy 2.x), and is the more exact. Frames come from a strided view of
-    the signal (no index arrays), ``CHUNK`` at a time."""
-    frames = frames_view(np.asarray(x, np.float32), length, step, center, reflect)
-    count, nbins = frames.shape[0], nfft // 2 + 1
-    out = np.empty((nbins, count) if freq_major else (count, nbins), np.float32)
-    rows = min(CHUNK, max(count, 1))
-    buf, spec, pw = _buffers(rows, nfft, length)
+    Each window's taps are multiplied in float32 (DALI's products) and transformed in float64:
+    NumPy's float64 FFT runs faster than its float32 one (NumPy 2.x) and is the more exact. Windows
+    are taken ``CHUNK`` at a time as views of the signal (copies only at the padded ends), and
+    the squared magnitudes are summed in place from the spectrum's (re, im) pairs."""
+    x = np.asarray(x, np.float32)
+    count, _, first, stop = frame_range(x.shape[0], length, step, center)
+    nbins = nfft // 2 + 1
+    rows = _staging(count, nbins) if freq_major else np.empty((count, nbins), np.float32)
+    buf, spec, pw = _buffers(nfft, length)
+    pairs = spec.view(np.float64)  # (CHUNK, 2 * nbins): re, im, re, im, ...
     window = np.asarray(window, np.float32)
-    for k in range(0, count, rows):
-        m = min(rows, count - k)
-        # float32 products (the frames' values), widened as they are stored; the zero padding
-        # past ``length`` is never written, and stale rows past ``m`` are not read back
-        np.multiply(frames[k:k + m], window, out=buf[:m, :length], dtype=np.float32, casting="unsafe")
+    # the windows inside the signal as one view (built once: sliding_window_view costs ~10 us a call)
+    body = frames_view(x, length, step, center, reflect, first, stop)
+    for k, e in _chunks(count, first, stop):
+        m = e - k
+        frames = body[k - first:e - first] if first <= k < stop else frames_view(x, length, step, center, reflect,
+                                                                                  k, e)
+        # float32 products, widened as they are stored; rows past ``m`` hold stale frames whose
+        # transforms are never read
+        np.multiply(frames, window, out=buf[:m, :length], dtype=np.float32, casting="unsafe")
         np.fft.rfft(buf, axis=1, out=spec)
         if power == 2:
-            np.multiply(spec.real, spec.real, out=pw)
-            pw += np.square(spec.imag)
+            np.square(pairs[:m], out=pairs[:m])
+            np.add(pairs[:m, 0::2], pairs[:m, 1::2], out=pw[:m])
         else:
-            np.abs(spec, out=pw)
-        if freq_major:
-            out[:, k:k + m] = pw[:m].T
-        else:
-            out[k:k + m] = pw[:m]
+            np.abs(spec[:m], out=pw[:m])
+        rows[k:e] = pw[:m]
+    if not freq_major:
+        return rows
+    out = np.empty((nbins, count), np.float32)
+    out[...] = rows.T
     return out
 
 

@@ -11,15 +11,27 @@ import numpy as np
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 
+_F32 = np.finfo(np.float32)
+
 
 def to_decibels(x: np.ndarray, multiplier: float, reference: float, cutoff_db: float) -> np.ndarray:
-    """The decibel values of ``x`` (float32); ``reference`` 0 means ``x.max()``."""
+    """The decibel values of ``x`` (float32); ``reference`` 0 means ``x.max()``.
+
+    Computed in float32 in one output buffer, as DALI computes it, unless ``x / reference`` or the
+    cutoff's ratio would leave float32's normal range (then in float64, which keeps tiny references
+    such as 1e-30 from flushing to zero or overflowing)."""
     x = np.asarray(x, np.float32)
     ref = float(reference)
     if ref == 0.0:
         ref = float(x.max()) if x.size else 1.0
     floor = 10.0 ** (cutoff_db / multiplier)
-    # x * (1/ref) in float64 keeps tiny references (1e-30) from flushing to zero or overflowing
+    if ref > 0 and _F32.tiny <= 1.0 / ref <= _F32.max and _F32.tiny <= floor <= _F32.max and (
+            ref >= 1.0 or not x.size or float(x.max()) / ref < _F32.max):
+        out = np.multiply(x, np.float32(1.0 / ref))
+        np.maximum(out, np.float32(floor), out=out)
+        np.log10(out, out=out)
+        out *= np.float32(multiplier)
+        return out
     ratio = np.maximum(x.astype(np.float64) * (1.0 / ref) if ref else np.full(x.shape, floor), floor)
     return (multiplier * np.log10(ratio)).astype(np.float32)
 
