@@ -28,6 +28,8 @@ without that module the CPU frames are copied to the GPU.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 
 from stoker import types
@@ -192,6 +194,15 @@ class VideoReader(IndexedReader):
     def decode_size(self, clip) -> tuple[int, int] | None:
         """``(height, width)`` the decoder resizes frames of ``clip`` to (here: None, as decoded)."""
         return None
+
+    def advance(self, batch):
+        """The batch's references; with device="gpu" they are also kept by iteration for the GPU
+        reader's host half (stoker/operators/video/gpu_video_reader.py: ``prepare`` gets only the
+        iteration's number, and refills after a skipped sample arrive here)."""
+        refs = super().advance(batch)
+        if self.device == "gpu":
+            self.__dict__.setdefault("_gpu_refs", defaultdict(list))[batch.iteration].extend(refs)
+        return refs
 
     def transform(self, video: np.ndarray) -> np.ndarray:
         """What a subclass does to the uint8 FHWC frames before the dtype conversion when the decoder
