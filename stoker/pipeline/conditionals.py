@@ -27,6 +27,11 @@ those are, and every per-sample random stream is keyed by the sample's index in
 the whole batch, so a sample's random values do not depend on which other
 samples took the branch, nor on ``num_threads``.
 
+DALI's direct calls ``fn._conditional.split(x, predicate=p)`` (two parts) and
+``fn._conditional.merge(t, f, predicate=p)`` need no rewrite and no scope: the parts are batches
+of their own size (:func:`_direct_call`); an operator that mixes a part with another batch is
+refused when it is recorded (:func:`_check_one_part`).
+
 Limits: the condition must be a CPU batch (the data may be on the GPU:
 :mod:`stoker.operators.tensor.gpu_conditional` splits and merges device batches); an ``if`` whose
 branches contain ``return``, ``break``/``continue`` (of an outer loop), ``yield``,
@@ -166,7 +171,7 @@ def bring(node: DataNode, scope: Scope | None) -> DataNode:
     got = scope.splits.get(key)
     if got is None:
         above = bring(node, scope.parent)
-        with _in_scope(scope):
+        with _in_scope(scope), _internal():
             got = invoke(_SPLIT, [above, scope.predicate], scope.split_args())
         scope.splits[key] = got
     return got
@@ -177,11 +182,93 @@ def scoped_inputs(op_name: str, inputs: list, arg_nodes: dict):
     into it, and an operator with no positional input waits for the branch's predicate (it runs
     for the branch's samples only). Returns (inputs, arg_nodes, scope, control_inputs)."""
     scope = current_scope()
+    if op_name in (_SPLIT, _MERGE) and not getattr(_tls, "internal", 0):
+        return _direct_call(op_name, inputs, arg_nodes, scope)
+    if op_name not in (_SPLIT, _MERGE, _MERGE_CASES):
+        _check_one_part(op_name, [*inputs, *arg_nodes.values()])
     if scope is None or op_name in (_SPLIT, _MERGE, _MERGE_CASES):
         return inputs, arg_nodes, scope, []
     inputs = [bring(x, scope) for x in inputs]
     arg_nodes = {k: bring(v, scope) for k, v in arg_nodes.items()}
     return inputs, arg_nodes, scope, ([] if inputs else [scope.predicate])
+
+
+def _direct_call(op_name: str, inputs: list, arg_nodes: dict, scope: Scope | None):
+    """DALI's direct ``_conditional.split(x, predicate=p)`` / ``merge(t, f, predicate=p)``: the
+    predicate (required, a batch) becomes the last positional input, the form the operators run
+    (as an argument input it would have to match the parts' smaller batch size). No scope is
+    made: as in DALI, the parts are batches of their own size, used by any operator and checked
+    for sizes when the graph runs. Inside a per-sample if, a split's inputs from outside the
+    branch are split into it first, as every operator's are."""
+    from stoker.errors import arg_error
+
+    want = 1 if op_name == _SPLIT else 2
+    pred = arg_nodes.get("predicate")
+    if len(inputs) != want:
+        raise arg_error(op_name, "predicate", f"takes {want} positional input{'s' if want > 1 else ''} and the "
+                        f"predicate as a keyword argument (predicate=...), got {len(inputs)} positional inputs")
+    if pred is None:
+        raise arg_error(op_name, "predicate", "is required and must be a batch of per-sample boolean scalars "
+                        "(a DataNode, e.g. a comparison or fn.random.coin_flip()), as DALI requires")
+    rest = {k: v for k, v in arg_nodes.items() if k != "predicate"}
+    if rest:
+        raise arg_error(op_name, next(iter(rest)), "is not a per-sample argument")
+    nodes = [*inputs, pred]
+    if scope is not None and op_name == _SPLIT:
+        nodes = [bring(x, scope) for x in nodes]
+    if op_name == _SPLIT:
+        _check_one_part(op_name, nodes)
+    return nodes, {}, scope, []
+
+
+class _internal:
+    """While active, ``_conditional.split``/``merge`` calls are a per-sample if's own (its forms)."""
+
+    def __enter__(self):
+        _tls.internal = getattr(_tls, "internal", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.internal -= 1
+
+
+def _part(node: DataNode):
+    """Which part of the batch ``node`` holds, as far as direct splits go: None for the whole
+    batch (or a per-sample if's branch), else ``(predicate, branch, part of the split input)``
+    for an output of ``_conditional.split(x, predicate=p)`` and what is computed from it (two
+    splits by one predicate give the same part). Kept on the operator node once computed."""
+    src = node.source
+    cached = getattr(src, "_direct_parts", None)
+    if cached is None:
+        if src.op_name == _SPLIT and len(src.inputs) == 2 and src.args.get("branch") is None \
+                and not src.args.get("cases"):
+            x, pred = src.inputs
+            cached = [((pred.source.id, pred.index), k == 0, _part(x)) for k in range(2)]
+        elif src.op_name in (_MERGE, _MERGE_CASES):
+            cached = [_part(src.inputs[-1])] * len(src.outputs or [0])
+        elif src.op_name == _SPLIT:
+            cached = [_part(src.inputs[0])]
+        else:
+            parts = {_part(x) for x in [*src.inputs, *src.arg_inputs.values()]}
+            cached = [parts.pop() if len(parts) == 1 else None] * max(len(src.outputs), 1)
+        src._direct_parts = cached
+    return cached[node.index] if node.index < len(cached) else None
+
+
+def _describe_part(part) -> str:
+    if part is None:
+        return "the whole batch"
+    return f"the {'true' if part[1] else 'false'} part of a _conditional.split"
+
+
+def _check_one_part(op_name: str, nodes: list) -> None:
+    """An operator's inputs must be one part of the batch (DALI: one batch size per operator)."""
+    parts = [_part(x) for x in nodes if isinstance(x, DataNode)]
+    if len(set(parts)) > 1:
+        a, b = parts[0], next(p for p in parts if p != parts[0])
+        raise PipelineBuildError(
+            f"{op_name}: its inputs hold different samples of the batch ({_describe_part(a)} and "
+            f"{_describe_part(b)}), so their batch sizes differ. Split every input with the same "
+            "predicate, or put the parts back together with fn._conditional.merge first")
 
 
 def scope_sample_ids(scope: Scope, it) -> list[int]:
@@ -396,7 +483,7 @@ def _merge_values(name: str, values: list, scopes: list[Scope], pred: DataNode):
         nodes = [_node_in(v, sc) for v, sc in zip(values, scopes)]
         if len({x.device for x in nodes}) > 1:  # (a number assigned in one branch, a GPU batch in another)
             nodes = [_on_gpu(x, sc) for x, sc in zip(nodes, scopes)]
-        with _in_scope(scopes[0].parent):
+        with _in_scope(scopes[0].parent), _internal():
             if scopes[0].cases:
                 return invoke(_MERGE_CASES, [*nodes, pred], {"variable": name, "what": what})
             return invoke(_MERGE, [*nodes, pred], {"variable": name, "what": what})

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 RESIZE_MODES = ("default", "stretch", "not_larger", "not_smaller")
+_MIN_ROI = float(np.float32(1e-3))  # thinnest source region, in pixels (DALI's min_size)
 
 
 def round_half_away(x: float) -> int:
@@ -39,83 +40,137 @@ class ResizePlan:
     hi: tuple[float, ...]
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (DALI keeps sizes, scales and regions in C ``float``)."""
+    return float(np.float32(x))
+
+
+def _input_region(in_size, roi_start, roi_end, roi_relative) -> tuple[list[float], list[float]]:
+    """Source region per axis as DALI's ``CalculateInputRoI``: float32 ends, relative ends times
+    the extent in double, a region thinner than 1e-3 pixels widened to that."""
+    nd = len(in_size)
+    if roi_start is None and roi_end is None:
+        return [0.0] * nd, [_f32(s) for s in in_size]
+    start = list(roi_start) if roi_start is not None else [0.0] * nd
+    end = list(roi_end) if roi_end is not None else ([1.0] * nd if roi_relative else list(in_size))
+    if len(start) != nd or len(end) != nd:
+        raise ValueError(f"roi_start/roi_end need {nd} values (one per spatial axis), "
+                         f"got {len(start)} and {len(end)}")
+    lo, hi = [], []
+    for d in range(nd):
+        a, b = _f32(start[d]), _f32(end[d])
+        if roi_relative:
+            a, b = a * in_size[d], b * in_size[d]
+        if abs(b - a) < _MIN_ROI:
+            off = 0.5 * _MIN_ROI if a <= b else -0.5 * _MIN_ROI
+            a, b = a - off, b + off
+        lo.append(_f32(a))
+        hi.append(_f32(b))
+    return lo, hi
+
+
+def _output_size(out: list[float], in_size: list[float], mode: str, limit: list[float]) -> list[float]:
+    """DALI's ``AdjustOutputSize``: fractional float32 output extents from the requested ones
+    (0 = not given; negative flips) and the region's extents. Scales are float32 quotients
+    kept in double; "default" fills missing extents with the geometric mean of the given scales."""
+    nd = len(out)
+    out = list(out)
+    mask = [out[d] != 0 and in_size[d] != 0 for d in range(nd)]
+    scale = [_f32(out[d] / in_size[d]) if in_size[d] else 1.0 for d in range(nd)]
+    n_given = sum(mask)
+    if n_given == 0:
+        return list(in_size)
+    if mode in ("default", "stretch"):
+        if n_given < nd:
+            avg = 1.0
+            if mode == "default":
+                for d in range(nd):
+                    if mask[d]:
+                        avg *= abs(scale[d])
+                if n_given > 1:
+                    avg = avg ** (1.0 / n_given)
+            for d in range(nd):
+                if not mask[d]:
+                    out[d] = _f32(in_size[d] * avg)
+        for d in range(nd):
+            if limit[d] > 0 and abs(out[d]) > limit[d]:
+                out[d] = math.copysign(limit[d], out[d])
+        return out
+    final, first = 0.0, True
+    for d in range(nd):
+        if mask[d]:
+            s = _f32(abs(scale[d]))
+            if first or (mode == "not_smaller" and s > final) or (mode == "not_larger" and s < final):
+                final = s
+            first = False
+    for d in range(nd):
+        if limit[d] > 0:
+            s = limit[d] / in_size[d] if in_size[d] else math.inf
+            final = min(final, s)
+    for d in range(nd):
+        if not mask[d] or abs(scale[d]) != final:
+            out[d] = _f32(in_size[d] * math.copysign(final, scale[d]))
+    return out
+
+
 def resize_plan(in_size: Sequence[int], requested: Sequence[float], *, mode: str = "default",
                 max_size: Sequence[float] | None = None, resize_shorter: float = 0.0,
                 resize_longer: float = 0.0, roi_start: Sequence[float] | None = None,
                 roi_end: Sequence[float] | None = None, roi_relative: bool = False,
                 subpixel_scale: bool = True) -> ResizePlan:
-    """Output size and source region of one sample, following DALI's rules.
+    """Output size and source region of one sample, with DALI's rules and arithmetic.
 
-    ``requested`` holds one extent per spatial axis (0 = not given). With
-    ``resize_shorter`` / ``resize_longer`` the request is that length on every
-    axis in mode "not_smaller" / "not_larger". Missing extents keep the aspect
-    ratio (the average scale of the given ones) except in "stretch", where they
-    keep the input extent. "not_larger" / "not_smaller" use one scale for all
-    axes: the smallest / largest of the requested ones. ``max_size`` (0 = no
-    limit) clips each axis in "default"/"stretch" and lowers the common scale in
-    the aspect-preserving modes. Sizes round half up, at least 1. With
-    ``subpixel_scale`` a fractional size keeps its exact scale: the source
-    region grows or shrinks about its centre to cover the rounded output.
+    ``requested`` holds one extent per spatial axis (0 = not given, negative =
+    flip). With ``resize_shorter`` / ``resize_longer`` the request is that length
+    on every axis in mode "not_smaller" / "not_larger". Missing extents take the
+    geometric mean of the given scales in "default" and keep the input extent in
+    "stretch". "not_larger" / "not_smaller" use one scale for all axes: the
+    smallest / largest of the requested ones. ``max_size`` (0 = no limit) clips
+    each axis in "default"/"stretch" and lowers the common scale in the
+    aspect-preserving modes. Sizes round half away from zero, at least 1. With
+    ``subpixel_scale`` a fractional size keeps its exact scale: the source region
+    grows or shrinks about its centre to cover the rounded output.
+
+    The numbers follow DALI's ``ResizeAttr`` step by step, float32 where it keeps
+    a C ``float`` (extents, scales, region ends) and double where it computes in
+    double: a nearest-neighbour resize picks its source pixel by ``floor`` of a
+    float32 position, so a region end off by one float32 step moves a whole pixel.
     """
     nd = len(in_size)
-    lo = [0.0] * nd
-    hi = [float(s) for s in in_size]
-    if roi_start is not None or roi_end is not None:
-        start = list(roi_start) if roi_start is not None else [0.0] * nd
-        end = list(roi_end) if roi_end is not None else ([1.0] * nd if roi_relative else hi[:])
-        if len(start) != nd or len(end) != nd:
-            raise ValueError(f"roi_start/roi_end need {nd} values (one per spatial axis), "
-                             f"got {len(start)} and {len(end)}")
-        scale = [float(s) if roi_relative else 1.0 for s in in_size]
-        lo = [float(a) * k for a, k in zip(start, scale)]
-        hi = [float(b) * k for b, k in zip(end, scale)]
-    extent = [abs(h - lo_) for lo_, h in zip(lo, hi)]
-    req = [float(r) if r else 0.0 for r in requested]
-    if len(req) != nd:
-        raise ValueError(f"expected {nd} requested extents, got {len(req)}")
+    if len(requested) != nd:
+        raise ValueError(f"expected {nd} requested extents, got {len(requested)}")
+    req = [_f32(r) if r else 0.0 for r in requested]
     if resize_shorter:
-        mode, req = "not_smaller", [float(resize_shorter)] * nd
+        mode, req = "not_smaller", [_f32(resize_shorter)] * nd
     elif resize_longer:
-        mode, req = "not_larger", [float(resize_longer)] * nd
+        mode, req = "not_larger", [_f32(resize_longer)] * nd
     if mode not in RESIZE_MODES:
         raise ValueError(f"mode must be one of {RESIZE_MODES}, got {mode!r}")
     limit = [0.0] * nd
     if max_size is not None:
         ms = list(max_size)
-        limit = [float(ms[0])] * nd if len(ms) == 1 else [float(m) for m in ms]
+        limit = [_f32(ms[0])] * nd if len(ms) == 1 else [_f32(m) for m in ms]
         if len(limit) != nd:
             raise ValueError(f"max_size needs 1 or {nd} values, got {len(ms)}")
-    given = [d for d in range(nd) if req[d] > 0]
-    safe = [e if e > 0 else 1.0 for e in extent]
-    if mode in ("default", "stretch"):
-        if mode == "stretch" or not given:
-            out = [req[d] if req[d] > 0 else extent[d] for d in range(nd)]
-        else:
-            avg = sum(req[d] / safe[d] for d in given) / len(given)
-            out = [req[d] if req[d] > 0 else extent[d] * avg for d in range(nd)]
-        out = [min(o, m) if m > 0 else o for o, m in zip(out, limit)]
-    else:
-        scales = [req[d] / safe[d] for d in given]
-        if scales:
-            scale = min(scales) if mode == "not_larger" else max(scales)
-        else:
-            scale = 1.0
-        caps = [limit[d] / safe[d] for d in range(nd) if limit[d] > 0]
-        if caps:
-            scale = min([scale, *caps])
-        out = []
-        for d in range(nd):
-            # the axis that sets the scale gets its requested extent exactly (no float drift)
-            exact = req[d] if (req[d] > 0 and req[d] / safe[d] == scale) else None
-            cap = limit[d] if (limit[d] > 0 and limit[d] / safe[d] == scale) else None
-            out.append(exact if exact is not None else cap if cap is not None else extent[d] * scale)
-    out_int = [max(1, round_half_away(o)) for o in out]
-    if subpixel_scale:
-        for d in range(nd):
-            if out[d] > 0 and out_int[d] != out[d]:
-                c = 0.5 * (lo[d] + hi[d])
-                half = 0.5 * (hi[d] - lo[d]) * out_int[d] / out[d]
-                lo[d], hi[d] = c - half, c + half
+    lo, hi = _input_region(in_size, roi_start, roi_end, roi_relative)
+    extent = []
+    for d in range(nd):
+        sz = _f32(hi[d] - lo[d])
+        if sz < 0:  # a flipped region: sized unflipped, the flip carried by the request's sign
+            lo[d], hi[d], req[d], sz = hi[d], lo[d], -req[d], -sz
+        extent.append(sz)
+    out = _output_size(req, extent, mode, limit)
+    out_int = []
+    for d in range(nd):
+        size = max(1, round_half_away(abs(out[d])))
+        out_int.append(size)
+        if out[d] < 0:
+            lo[d], hi[d] = hi[d], lo[d]
+        if subpixel_scale and size != abs(out[d]):
+            adjust = min(max(size / abs(out[d]), -10.0), 10.0)
+            c = _f32(lo[d] + hi[d]) * 0.5  # (a float sum, then a double)
+            lo[d] = _f32(min(max(c + (lo[d] - c) * adjust, -1e9), 1e9))
+            hi[d] = _f32(min(max(c + (hi[d] - c) * adjust, -1e9), 1e9))
     return ResizePlan(tuple(out_int), tuple(lo), tuple(hi))
 
 

@@ -3,7 +3,7 @@
 The GPU operators build their per-sample kernel tables from these, so that a
 batch of 256 costs a few array operations on the host instead of 256 Python
 calls. Each function gives exactly the numbers of its per-sample twin (the
-same float64 operations in the same order); tests/operators/image/
+same operations in the same order); tests/operators/image/
 test_geometry_batch.py checks them against each other (the rotation helpers and the
 per-sample argument columns below: test_gpu_plans.py).
 """
@@ -31,6 +31,11 @@ def _column(v, n: int) -> np.ndarray:
     return np.broadcast_to(a if a.size > 1 else a[:1] if a.size else np.zeros(1), (n,)).astype(np.float64)
 
 
+def _f32(x) -> np.ndarray:
+    """float64 array of ``x`` rounded to float32 (DALI's C ``float`` values)."""
+    return np.asarray(x, np.float64).astype(np.float32).astype(np.float64)
+
+
 def resize_plans(in_hw: np.ndarray, resize_y=None, resize_x=None, *, mode: str = "default",
                  max_size=None, resize_shorter=None, resize_longer=None,
                  subpixel_scale: bool = True) -> np.ndarray:
@@ -38,20 +43,19 @@ def resize_plans(in_hw: np.ndarray, resize_y=None, resize_x=None, *, mode: str =
 
     ``in_hw``: (N, 2) input heights and widths. ``resize_y``/``resize_x``/
     ``resize_shorter``/``resize_longer``: scalars or (N,) per-sample values
-    (0 or None = not given); ``max_size``: None, one value or (H, W).
+    (0 or None = not given, negative = flip); ``max_size``: None, one value or (H, W).
     Returns an (N, 6) float64 array ``(out_h, out_w, lo_y, lo_x, scale_y, scale_x)``
     where output pixel ``j`` samples the source at ``lo + (j + 0.5) * scale`` --
-    the rows :func:`stoker.operators.image.gpu_resize.plan` gives one at a time.
+    the rows :func:`stoker.operators.image.gpu_resize.plan` gives one at a time
+    (the same float32 roundings as ``geometry.resize_plan``, step by step).
     """
     if mode not in RESIZE_MODES:
         raise ValueError(f"mode must be one of {RESIZE_MODES}, got {mode!r}")
     in_hw = np.asarray(in_hw, dtype=np.float64).reshape(-1, 2)
     n = in_hw.shape[0]
-    extent = np.abs(in_hw)
-    lo = np.zeros((n, 2))
-    hi = in_hw.copy()
-    req = np.stack([_column(resize_y, n), _column(resize_x, n)], axis=1)
-    shorter, longer = _column(resize_shorter, n), _column(resize_longer, n)
+    extent = _f32(in_hw)
+    req = _f32(np.stack([_column(resize_y, n), _column(resize_x, n)], axis=1))
+    shorter, longer = _f32(_column(resize_shorter, n)), _f32(_column(resize_longer, n))
     # per-sample mode: 0 default, 1 stretch, 2 not_larger, 3 not_smaller
     code = np.full(n, RESIZE_MODES.index(mode))
     code = np.where(longer != 0, 2, code)
@@ -62,40 +66,45 @@ def resize_plans(in_hw: np.ndarray, resize_y=None, resize_x=None, *, mode: str =
         ms = np.asarray(max_size, dtype=np.float64).reshape(-1)
         if ms.size not in (1, 2):
             raise ValueError(f"max_size needs 1 or 2 values, got {ms.size}")
-        limit[:] = ms if ms.size == 2 else ms[0]
-    given = req > 0
-    safe = np.where(extent > 0, extent, 1.0)
-    ratio = np.where(given, req / safe, 0.0)
+        limit[:] = _f32(ms if ms.size == 2 else ms[0])
+    given = (req != 0) & (extent != 0)
+    safe = np.where(extent != 0, extent, 1.0)
+    scale = np.where(extent != 0, _f32(req / safe), 1.0)
     n_given = given.sum(axis=1)
 
-    # "default" / "stretch": given extents as asked, the others by the average given scale
-    avg = ratio.sum(axis=1) / np.maximum(n_given, 1)
+    # "default" / "stretch": given extents as asked; the others by the given scale (2D: one
+    # given, so its geometric mean is itself) or kept
+    avg = np.where(given, np.abs(scale), 1.0).prod(axis=1)
     keep = (code == 1)[:, None] | (n_given == 0)[:, None]
-    out_free = np.where(given, req, np.where(keep, extent, extent * avg[:, None]))
-    out_free = np.where(limit > 0, np.minimum(out_free, limit), out_free)
+    out_free = np.where(given, req, np.where(keep, extent, _f32(extent * avg[:, None])))
+    out_free = np.where((limit > 0) & (np.abs(out_free) > limit), np.copysign(limit, out_free), out_free)
 
     # "not_larger" / "not_smaller": one scale for both axes
-    big = np.where(given, ratio, -np.inf).max(axis=1)
-    small = np.where(given, ratio, np.inf).min(axis=1)
-    scale = np.where(n_given == 0, 1.0, np.where(code == 2, small, big))
-    caps = np.where(limit > 0, limit / safe, np.inf).min(axis=1)
-    scale = np.minimum(scale, caps)
-    exact = given & (ratio == scale[:, None])
-    capped = (limit > 0) & (limit / safe == scale[:, None])
-    out_fixed = np.where(exact, req, np.where(capped, limit, extent * scale[:, None]))
+    s = _f32(np.abs(scale))
+    big = np.where(given, s, -np.inf).max(axis=1)
+    small = np.where(given, s, np.inf).min(axis=1)
+    final = np.where(code == 2, small, big)
+    with np.errstate(divide="ignore"):
+        caps = np.where(limit > 0, limit / np.where(extent != 0, extent, 0.0), np.inf).min(axis=1)
+    final = np.minimum(final, caps)
+    exact = given & (np.abs(scale) == final[:, None])
+    out_fixed = np.where(exact, req, _f32(extent * np.copysign(final[:, None], scale)))
 
-    out = np.where((code >= 2)[:, None], out_fixed, out_free)
-    out_int = np.maximum(1, round_half_away(out)).astype(np.float64)
+    out = np.where((n_given == 0)[:, None], extent, np.where((code >= 2)[:, None], out_fixed, out_free))
+    size = np.maximum(1, round_half_away(np.abs(out))).astype(np.float64)
+    flip = out < 0
+    lo = np.where(flip, extent, 0.0)
+    hi = np.where(flip, 0.0, extent)
     if subpixel_scale:
-        adjust = (out > 0) & (out_int != out)
-        c = 0.5 * (lo + hi)
-        half = 0.5 * (hi - lo) * out_int / np.where(out > 0, out, 1.0)
-        lo = np.where(adjust, c - half, lo)
-        hi = np.where(adjust, c + half, hi)
+        adjust = size != np.abs(out)
+        k = np.clip(size / np.where(adjust, np.abs(out), 1.0), -10.0, 10.0)
+        c = _f32(lo + hi) * 0.5
+        lo = np.where(adjust, _f32(np.clip(c + (lo - c) * k, -1e9, 1e9)), lo)
+        hi = np.where(adjust, _f32(np.clip(c + (hi - c) * k, -1e9, 1e9)), hi)
     res = np.empty((n, 6))
-    res[:, 0:2] = out_int
+    res[:, 0:2] = size
     res[:, 2:4] = lo
-    res[:, 4:6] = (hi - lo) / out_int
+    res[:, 4:6] = (hi - lo) / size
     return res
 
 

@@ -38,8 +38,9 @@ def _scalar_values(pred: TensorListCPU, what: str, operator: str, origin: str) -
         arr = np.asarray(s)
         if arr.ndim != 0 or arr.dtype.kind not in "biuf":
             kind = f"a {arr.ndim}-d input" if arr.ndim else f"a {arr.dtype} value"
+            subject = what if what.startswith("argument") else f"the condition of {what or 'a per-sample if'}"
             raise OperatorError(
-                f"the condition of {what or 'a per-sample if'} must be a boolean scalar (a 0-d tensor) per "
+                f"{subject} must be a boolean scalar (a 0-d tensor) per "
                 f"sample, got {kind} of shape {arr.shape}; reduce it first (e.g. fn.reductions.any, "
                 "or compare it to a value)",
                 operator=operator, origin=origin, sample_index=i,
@@ -95,33 +96,68 @@ def branch_labels(pred: TensorListCPU, cases: int, what: str, operator: str, ori
     return labels
 
 
+DIRECT_PREDICATE = "argument 'predicate'"  # (the subject of a direct call's predicate errors)
+_PREDICATE = Arg("predicate", "bool", None, tensor=True,
+                 doc="DALI's form: the per-sample boolean scalars (an argument input; nonzero is true)")
+
+
+def is_direct(args: dict) -> bool:
+    """True for DALI's direct call ``split(x, predicate=p)`` (two outputs), False for the form a
+    per-sample ``if`` records (``branch`` or ``cases`` given: one output)."""
+    return args.get("branch") is None and not args.get("cases")
+
+
 @register
 class Split(Operator):
-    """The samples of ``data`` for which ``predicate`` is ``branch`` (in order)."""
+    """The samples of ``data`` for which ``predicate`` is ``branch`` (in order).
+
+    DALI's form, ``fn._conditional.split(x, predicate=p)``, returns ``(true_part, false_part)``:
+    the samples whose predicate is true, then those whose predicate is false, each batch in the
+    original order (so each is smaller than the batch). Operators applied to a part run on its
+    samples only; ``fn._conditional.merge`` puts two parts back into one batch.
+    """
 
     schema = Schema(
         name="_conditional.split",
-        doc="Keeps the samples whose predicate equals `branch` (one side of a per-sample if).",
-        args=[Arg("branch", "bool", True, doc="True: the if branch; False: the else branch"),
+        doc="Splits a batch by a per-sample predicate: split(x, predicate=p) returns (true_part, "
+            "false_part), the samples whose predicate is true / false, in order. (A per-sample if "
+            "records it with `branch` and keeps one part.)",
+        args=[_PREDICATE,
+              Arg("branch", "bool", None, doc="(internal) keep one part: True the if branch, False the else"),
               Arg("cases", "int", 0, doc="(internal) 0: a two-way if; n: one of n cases of a select"),
               Arg("case", "int", 0, doc="(internal) with `cases`: the case whose samples are kept"),
               _WHAT],
-        inputs=(2, 2),
+        inputs=(1, 2),
         devices=("cpu", "gpu"),
+        num_outputs=lambda a: 2 if is_direct(a) else 1,
     )
 
     def run_cpu(self, batch, inputs, arg_inputs):
         data, pred = inputs
         if len(data) != len(pred):
-            raise OperatorError(f"the data has {len(data)} samples but the condition {len(pred)}",
+            raise OperatorError(f"{_pred_name(self)} has {len(pred)} samples but the input {len(data)}",
                                 operator=self.instance_name, origin=self.origin)
-        keep = split_positions(self, pred).tolist()
         samples, sources = data.samples(), data.source_info()
-        return [batch_of_arrays([samples[i] for i in keep], data.layout(), [sources[i] for i in keep])]
+        parts = split_parts(self, pred)
+        return [batch_of_arrays([samples[i] for i in keep], data.layout(), [sources[i] for i in keep])
+                for keep in (k.tolist() for k in parts)]
+
+
+def _pred_name(op: Operator) -> str:
+    return "argument 'predicate'" if not op.args.get("what") else "the condition"
+
+
+def split_parts(op: Operator, pred) -> list[np.ndarray]:
+    """The positions of the samples each output of a split (``op``) keeps, in order: one array
+    (a branch of an if or a case of a select), or two (DALI's direct form: true, then false)."""
+    if is_direct(op.args):
+        labels = branch_labels(pred, 0, DIRECT_PREDICATE, op.instance_name, op.origin)
+        return [np.flatnonzero(labels), np.flatnonzero(~labels)]
+    return [split_positions(op, pred)]
 
 
 def split_positions(op: Operator, pred: TensorListCPU) -> np.ndarray:
-    """The positions of the samples a split (``op``) keeps, in order."""
+    """The positions of the samples a split (``op``) of a per-sample if or select keeps, in order."""
     a = op.args
     labels = branch_labels(pred, a.get("cases", 0), a["what"], op.instance_name, op.origin)
     return np.flatnonzero(labels == (a["case"] if a.get("cases", 0) else a["branch"]))
@@ -129,47 +165,73 @@ def split_positions(op: Operator, pred: TensorListCPU) -> np.ndarray:
 
 @register
 class Merge(Operator):
-    """One batch from the two branches of a per-sample if, in the original sample order."""
+    """One batch from the two branches of a per-sample if, in the original sample order.
+
+    DALI's form is ``fn._conditional.merge(true_part, false_part, predicate=p)``; the predicate
+    then becomes the third input when the call is recorded (it has the whole batch's size, the
+    parts fewer samples)."""
 
     schema = Schema(
         name="_conditional.merge",
-        doc="Interleaves the if-branch and else-branch batches back into one batch by the predicate.",
-        args=[Arg("variable", "str", "", doc="(internal) the merged variable's name, for errors"), _WHAT],
-        inputs=(3, 3),
+        doc="Merges two parts of a batch into one by a per-sample predicate: merge(true_part, "
+            "false_part, predicate=p) takes sample i from the next sample of true_part where p[i] is "
+            "true, else of false_part (the inverse of split).",
+        args=[_PREDICATE, Arg("variable", "str", "", doc="(internal) the merged variable's name, for errors"),
+              _WHAT],
+        inputs=(2, 3),
         devices=("cpu", "gpu"),
     )
 
     def run_cpu(self, batch, inputs, arg_inputs):
         on_true, on_false, pred = inputs
-        mask = branch_labels(pred, 0, self.args["what"], self.instance_name, self.origin).tolist()
+        what = self.args["what"] or DIRECT_PREDICATE
+        mask = branch_labels(pred, 0, what, self.instance_name, self.origin).tolist()
         count = sum(mask)
-        if (count, len(mask) - count) != (len(on_true), len(on_false)):
-            raise OperatorError(
-                f"variable '{self.args['variable']}': the branches gave {len(on_true)} and {len(on_false)} "
-                f"samples for {count} true and {len(mask) - count} false conditions",
-                operator=self.instance_name, origin=self.origin)
-        self._check_alike(on_true, on_false)
+        check_merge_counts(self, len(on_true), len(on_false), count, len(mask) - count)
+        check_alike(self, on_true, on_false)
         return [_interleave([on_true, on_false], np.where(mask, 0, 1))]
 
-    def _check_alike(self, a: TensorListCPU, b: TensorListCPU) -> None:
-        """Both branches must give the same element type, dimensionality and layout (as DALI)."""
-        if not len(a) or not len(b):
-            return
-        sa, sb = a.samples()[0], b.samples()[0]
-        problem = None
-        if sa.dtype != sb.dtype:
-            problem = f"types differ: {sa.dtype} in the if branch, {sb.dtype} in the else branch"
-        elif sa.ndim != sb.ndim:
-            problem = (f"numbers of dimensions differ: {sa.ndim} in the if branch (shape {sa.shape}), "
-                       f"{sb.ndim} in the else branch (shape {sb.shape})")
-        elif a.layout() and b.layout() and a.layout() != b.layout():
-            problem = f"layouts differ: '{a.layout()}' in the if branch, '{b.layout()}' in the else branch"
-        if problem:
-            raise OperatorError(
-                f"variable '{self.args['variable']}' of {self.args['what'] or 'a per-sample if'} is merged "
-                f"from both branches into one batch, but its {problem}. Make both branches produce the "
-                "same type and dimensionality (e.g. fn.cast, fn.reshape)",
-                operator=self.instance_name, origin=self.origin)
+
+def check_merge_counts(op: Operator, n_true: int, n_false: int, want_true: int, want_false: int) -> None:
+    """A merge's inputs must hold as many samples as the predicate has true and false values."""
+    if (n_true, n_false) == (want_true, want_false):
+        return
+    if op.args.get("variable") or op.args.get("what"):
+        msg = (f"variable '{op.args['variable']}': the branches gave {n_true} and {n_false} samples for "
+               f"{want_true} true and {want_false} false conditions")
+    else:
+        msg = (f"the inputs have {n_true} and {n_false} samples, but argument 'predicate' has {want_true} "
+               f"true and {want_false} false values: pass the two outputs of _conditional.split made "
+               "with the same predicate")
+    raise OperatorError(msg, operator=op.instance_name, origin=op.origin)
+
+
+def check_alike(op: Operator, a, b) -> None:
+    """Both branches (merge's two inputs) must give the same element type, dimensionality and
+    layout (as DALI)."""
+    if not len(a) or not len(b):
+        return
+    sa, sb = a.samples()[0], b.samples()[0]
+    direct = not (op.args.get("variable") or op.args.get("what"))
+    one, other = ("the first input", "the second input") if direct else ("the if branch", "the else branch")
+    problem = None
+    if sa.dtype != sb.dtype:
+        problem = f"types differ: {sa.dtype} in {one}, {sb.dtype} in {other}"
+    elif sa.ndim != sb.ndim:
+        problem = (f"numbers of dimensions differ: {sa.ndim} in {one} (shape {sa.shape}), "
+                   f"{sb.ndim} in {other} (shape {sb.shape})")
+    elif a.layout() and b.layout() and a.layout() != b.layout():
+        problem = f"layouts differ: '{a.layout()}' in {one}, '{b.layout()}' in {other}"
+    if not problem:
+        return
+    if direct:
+        msg = (f"the inputs are merged into one batch, but their {problem}. Give both the same type and "
+               "dimensionality (e.g. fn.cast, fn.reshape)")
+    else:
+        msg = (f"variable '{op.args['variable']}' of {op.args['what'] or 'a per-sample if'} is merged "
+               f"from both branches into one batch, but its {problem}. Make both branches produce the "
+               "same type and dimensionality (e.g. fn.cast, fn.reshape)")
+    raise OperatorError(msg, operator=op.instance_name, origin=op.origin)
 
 
 @register

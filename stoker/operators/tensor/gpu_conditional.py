@@ -17,10 +17,12 @@ import numpy as np
 from stoker.errors import OperatorError
 from stoker.operators.gpu_registry import contiguous_samples, flat_offsets, grid_for, register_gpu, upload_table
 from stoker.operators.tensor.conditional import (
+    DIRECT_PREDICATE,
     branch_labels,
     case_labels_for_merge,
     check_cases_alike,
-    split_positions,
+    check_merge_counts,
+    split_parts,
 )
 
 
@@ -36,38 +38,39 @@ def _placement(x):
 
 @register_gpu("_conditional.split", devices=("gpu",))
 def gpu_split(op, batch, inputs, arg_inputs):
-    """The samples of a GPU batch whose (CPU) predicate equals the branch, as views."""
-    from stoker.tensors_gpu import TensorListGPU
-
+    """The samples of a GPU batch whose (CPU) predicate equals the branch, as views (DALI's
+    direct form: two outputs, the true part and the false part)."""
     data, pred = inputs
     if len(data) != len(pred):
         raise OperatorError(f"the data has {len(data)} samples but the condition {len(pred)}",
                             operator=op.instance_name, origin=op.origin)
-    keep = split_positions(op, pred)
+    return [_kept(data, keep) for keep in split_parts(op, pred)]
+
+
+def _kept(data, keep: np.ndarray):
+    """The samples of GPU batch ``data`` at positions ``keep``, as views."""
+    from stoker.tensors_gpu import TensorListGPU
+
     sources = data.source_info()
     kept_sources = [sources[i] for i in keep.tolist()]
     if keep.size == len(data):
-        return [TensorListGPU(data, data.layout(), kept_sources)]
+        return TensorListGPU(data, data.layout(), kept_sources)
     parts = contiguous_samples(data).flat_parts()
     if parts is None:  # samples in separate buffers: views of the kept ones
         samples = data.samples()
-        return [TensorListGPU([samples[i] for i in keep.tolist()], data.layout(), kept_sources)]
+        return TensorListGPU([samples[i] for i in keep.tolist()], data.layout(), kept_sources)
     buf, offsets, shapes = parts
-    return [TensorListGPU.from_flat(buf, offsets[keep], shapes[keep], data.layout(), kept_sources,
-                                    keep_alive=data)]
+    return TensorListGPU.from_flat(buf, offsets[keep], shapes[keep], data.layout(), kept_sources,
+                                   keep_alive=data)
 
 
 @register_gpu("_conditional.merge", devices=("gpu",))
 def gpu_merge(op, batch, inputs, arg_inputs):
     """The two branches' GPU batches back in the original sample order, in one flat buffer."""
     on_true, on_false, pred = inputs
-    mask = branch_labels(pred, 0, op.args["what"], op.instance_name, op.origin)
+    mask = branch_labels(pred, 0, op.args["what"] or DIRECT_PREDICATE, op.instance_name, op.origin)
     count = int(mask.sum())
-    if (count, mask.size - count) != (len(on_true), len(on_false)):
-        raise OperatorError(
-            f"variable '{op.args['variable']}': the branches gave {len(on_true)} and {len(on_false)} "
-            f"samples for {count} true and {mask.size - count} false conditions",
-            operator=op.instance_name, origin=op.origin)
+    check_merge_counts(op, len(on_true), len(on_false), count, mask.size - count)
     _check_alike(op, on_true, on_false)
     labels = np.where(mask, 0, 1)
     return [_merge(batch, [on_true, on_false], labels)]
