@@ -228,3 +228,54 @@ def test_the_engines_start_at_build_on_a_thread_of_their_own(fake, monkeypatch, 
         assert made == ["stoker-nvjpeg-start"] and isinstance(decoder._mixed_state.hw, SlowEngines)
     finally:
         p.close()
+
+
+def test_an_ssd_like_pipeline_gives_the_same_batches_with_two_cpu_lanes(fake, tmp_path):
+    """random_bbox_crop in the batch helpers, its windows into a mixed image_slice on the (fake)
+    engines: two CPU-stage lanes (stoker.pipeline.cpu_lanes) give one lane's batches."""
+    import stoker.fn as fn
+    from stoker import pipeline_def, settings
+
+    rng = np.random.default_rng(11)
+    for k in range(12):
+        folder = tmp_path / f"c{k % 2}"
+        folder.mkdir(exist_ok=True)
+        h, w = rng.integers(30, 80, 2)
+        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+    boxes = [np.array([[0.1, 0.1, 0.5, 0.6], [0.3, 0.2, 0.9, 0.8]], np.float32)] * 4
+    labels = [np.array([1, 2], np.int32)] * 4
+
+    def run(lanes):
+        @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=3)
+        def pipe():
+            jpegs, _ = fn.readers.file(file_root=str(tmp_path), random_shuffle=True)
+            b = fn.external_source(source=lambda info: boxes[info.idx_in_batch], batch=False)
+            lab = fn.external_source(source=lambda info: labels[info.idx_in_batch], batch=False)
+            anchor, shape, b, lab = fn.random_bbox_crop(b, lab, bbox_layout="xyXY", allow_no_crop=True,
+                                                        thresholds=[0.1, 0.5], scaling=[0.3, 1.0])
+            return fn.decoders.image_slice(jpegs, anchor, shape, device="mixed"), b
+
+        with settings.override(batch_offload=True, cpu_lanes=lanes):
+            p = pipe()
+            p.build()
+            try:
+                assert p._executor._cpu_lanes == lanes
+                helpers = p._executor._batch_offload
+                for _ in range(600):  # (so that the batches do go through the helpers)
+                    if helpers.is_ready():
+                        break
+                    threading.Event().wait(0.05)
+                out = []
+                for _ in range(5):
+                    images, b = p.run()
+                    out.append(([np.asarray(s.get()) for s in images.samples()], [np.array(x) for x in b.samples()]))
+                assert helpers.offloaded > 0
+                assert any(x.size for x in out[0][0])
+                return out
+            finally:
+                p.close()
+
+    one, two = run(1), run(2)
+    for (ia, ba), (ib, bb) in zip(one, two):
+        for x, y in zip(ia + ba, ib + bb):
+            np.testing.assert_array_equal(x, y)
