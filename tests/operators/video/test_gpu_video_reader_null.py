@@ -106,6 +106,7 @@ def _run(device, iterations=3, on_error="raise", **kw):
     dict(sequence_length=5, pad_sequences=True, step=7, image_type=types.BGR),
     dict(sequence_length=3, dtype=types.FLOAT, normalized=True),
     dict(sequence_length=2, image_type=types.GRAY),
+    dict(sequence_length=5, num_shards=2, shard_id=1),
 ])
 def test_frames_equal_cpu_reader(gpu_reader, clips, kw):
     want, _ = _run("cpu", filenames=clips, **kw)
