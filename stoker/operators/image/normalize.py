@@ -127,23 +127,37 @@ class Normalize(Operator):
 
     # --- the arithmetic -------------------------------------------------------------
     def _apply(self, x, axes, mean, std, std_computed: bool):
-        xf = x.astype(np.float64)
+        # statistics in float64 (no float64 copy of the sample: the mean casts in its buffered loop,
+        # the deviation takes one float64 temporary, squared in place)
         ax = tuple(axes)
         if mean is None:
-            mean = xf.mean(axis=ax, keepdims=True) if ax else xf
+            mean = x.mean(axis=ax, keepdims=True, dtype=np.float64) if ax else x.astype(np.float64)
         if std is None:
             n = int(np.prod([x.shape[d] for d in axes])) if axes else 1
-            std = self._computed_std(np.square(xf - mean).sum(axis=ax, keepdims=True), n)
+            dev = np.subtract(x, mean, dtype=np.float64)
+            np.square(dev, out=dev)
+            std = self._computed_std(dev.sum(axis=ax, keepdims=True), n)
+            del dev
         std = np.asarray(std, np.float64)
         with np.errstate(divide="ignore"):
             factor = self.args["scale"] / std
         if std_computed:  # a computed deviation of zero gives the output `shift`, as in DALI
             factor = np.where(std > 0, factor, 0.0)
-        out = ((xf - mean) * factor + self.args["shift"]).astype(np.float32)
+        if x.dtype in _FLOAT32_EXACT:  # the output arithmetic in float32, in place, as DALI's
+            out = np.subtract(x, np.asarray(mean, np.float32), dtype=np.float32)
+            out *= np.asarray(factor, np.float32)
+            out += np.float32(self.args["shift"])
+        else:  # wider inputs: float64 arithmetic, then rounded once
+            out = ((x.astype(np.float64) - mean) * factor + self.args["shift"]).astype(np.float32)
         dtype = np.dtype(self.args["dtype"])
         if dtype.kind in "iu":
             return convert(out, dtype)
-        return out.astype(dtype)
+        return out.astype(dtype, copy=False)
+
+
+# inputs that float32 holds exactly
+_FLOAT32_EXACT = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8, np.int16, np.uint16,
+                                                 np.bool_))
 
 
 def _param(v):
