@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -199,6 +200,59 @@ def array_from_bytes(path: str, h: NpyHeader, data: bytes) -> np.ndarray:
     if not arr.dtype.isnative:
         return arr.astype(arr.dtype.newbyteorder("="), order="C")
     return np.asarray(arr, order="C")
+
+
+# Per-thread scratch for read_elements_fd: where a file's elements must be rearranged (Fortran
+# order, foreign byte order) they are read here and copied out, not into a new buffer each time.
+_scratch = threading.local()
+_SCRATCH_MAX = 64 << 20  # (larger reads get a buffer of their own: no thread keeps more)
+
+
+def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
+    """Read into the C-contiguous ``buf`` from ``offset`` of ``fd`` until it is full or the file
+    ends (preadv may stop short, at 2 GiB on Linux); the number of bytes read."""
+    flat = buf.reshape(-1).view(np.uint8)
+    total, size = 0, flat.size
+    while total < size:
+        n = os.preadv(fd, [flat[total:]], offset + total)
+        if n <= 0:
+            break
+        total += n
+    return total
+
+
+def read_elements_fd(fd: int, path: str, h: NpyHeader) -> np.ndarray:
+    """The whole array of the open local file ``fd`` (header ``h``) read straight into a new
+    array: C-ordered, native-endian, writable, as :func:`array_from_bytes` gives it. Raises
+    NpyFormatError for a truncated file, OSError (unwrapped) for a failed read."""
+    sshape = stored_shape(h)
+    nbytes = h.nbytes
+    if not h.fortran and h.dtype.isnative:
+        out = np.empty(sshape, h.dtype)
+        got = _pread_into(fd, out, h.offset) if nbytes else 0
+        if got < nbytes:
+            _truncated(path, h, h.offset + got)
+        return out
+    if nbytes > _SCRATCH_MAX:
+        raw = np.empty(nbytes, np.uint8)
+    else:
+        raw = getattr(_scratch, "buf", None)
+        if raw is None or raw.size < nbytes:
+            raw = _scratch.buf = np.empty(max(nbytes, 1 << 16), np.uint8)
+        raw = raw[:nbytes]
+    got = _pread_into(fd, raw, h.offset) if nbytes else 0
+    if got < nbytes:
+        _truncated(path, h, h.offset + got)
+    count = nbytes // h.dtype.itemsize if h.dtype.itemsize else 0
+    arr = np.frombuffer(raw, h.dtype, count=count).reshape(sshape)
+    if h.fortran:
+        arr = arr.T
+    return arr.astype(h.dtype.newbyteorder("="), order="C")  # (a copy: the scratch is reused)
+
+
+def _truncated(path: str, h: NpyHeader, size: int):
+    raise NpyFormatError(f"{path!r}: truncated .npy file ({size} bytes; the header describes "
+                         f"{h.offset + h.nbytes}: shape {h.shape}, dtype {h.dtype})")
 
 
 def _check_length(path: str, h: NpyHeader) -> None:

@@ -93,6 +93,11 @@ def _read_list(file_list: str) -> list[str]:
     return paths
 
 
+# Whole local files are read with os.pread/os.preadv into the output array (see _read_local).
+_LOCAL_READS = hasattr(os, "preadv") and hasattr(os, "pread")
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
 @register
 class NumpyReader(IndexedReader):
     """Reads ``.npy`` arrays, optionally a region of each (``fn.readers.numpy`` / ``ops.readers.Numpy``)."""
@@ -203,6 +208,13 @@ class NumpyReader(IndexedReader):
     def _parsed_header(self, raw, path: str) -> _npy_format.NpyHeader:
         """The header at the start of ``raw``: parsed once per distinct header text (files of one
         data set mostly share it), since parsing takes tens of microseconds of Python a file."""
+        h = self._header_or_need(raw, path)
+        if isinstance(h, int):
+            raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+        return h
+
+    def _header_or_need(self, raw, path: str) -> _npy_format.NpyHeader | int:
+        """As :meth:`_parsed_header`, but the number of bytes needed when ``raw`` is too short."""
         if len(raw) >= 12 and raw[6] in (1, 2, 3):
             end = 10 + int(raw[8]) + (int(raw[9]) << 8) if raw[6] == 1 else \
                 12 + int.from_bytes(raw[8:12].tobytes(), "little")
@@ -214,7 +226,7 @@ class NumpyReader(IndexedReader):
             key = None
         h = _npy_format.parse_header(raw, path)
         if isinstance(h, int):
-            raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+            return h
         if key is not None and len(self._header_texts) < 256:
             self._header_texts[key] = h
         return h
@@ -260,6 +272,8 @@ class NumpyReader(IndexedReader):
 
     def read(self, i: int, args: dict) -> np.ndarray:
         """Sample ``i`` as an array (its region of interest when ``args`` give one)."""
+        if _LOCAL_READS and not _npy_roi.has_roi(args) and not _storage.is_remote(self.full_paths[i]):
+            return self._read_local(i)
         if not _npy_roi.has_roi(args) and i not in self._headers:
             # The whole array with a header not known yet: one read of the whole file (one open)
             # instead of a read of the header and another of the elements.
@@ -275,6 +289,38 @@ class NumpyReader(IndexedReader):
             return _npy_format.array_from_bytes(path, h, data)
         h, window = self.plan(i, args)
         return read_window(self.full_paths[i], h, window, args["fill_value"])
+
+    def _read_local(self, i: int) -> np.ndarray:
+        """The whole array of local file ``i``: one open, a read of the header (unless known) and
+        one of the elements, straight into the new array (no bytes object, no second copy)."""
+        path = self.full_paths[i]
+        h = self._headers.get(i)
+        try:
+            fd = os.open(_storage.local_path(path), _OPEN_FLAGS)
+        except OSError as e:
+            raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
+        try:
+            if h is None:
+                h = self._header_of_fd(fd, path)
+                self._check_dtype(i, h)
+                if self.args["cache_header_information"]:
+                    with self._headers_lock:
+                        self._headers[i] = h
+            return _npy_format.read_elements_fd(fd, path, h)
+        except OSError as e:
+            raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
+
+    def _header_of_fd(self, fd: int, path: str) -> _npy_format.NpyHeader:
+        head = os.pread(fd, _npy_format._HEAD_BYTES, 0)
+        h = self._header_or_need(np.frombuffer(head, np.uint8), path)
+        if isinstance(h, int) and len(head) == _npy_format._HEAD_BYTES:  # (a long header)
+            head = os.pread(fd, h, 0)
+            h = self._header_or_need(np.frombuffer(head, np.uint8), path)
+        if isinstance(h, int):
+            raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+        return h
 
     def run_cpu(self, batch, inputs, arg_inputs):
         """Read the batch's files on the thread pool, each with its own region arguments."""
