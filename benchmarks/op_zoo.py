@@ -188,36 +188,33 @@ def _anchors() -> list:
 def ssd_style(fn, types, root: str):
     """SSD training: random_bbox_crop, decode of the crop, flip of image and boxes, resize 300,
     colour jitter, crop_mirror_normalize, box_encoder (boxes from an external source)."""
-    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True, name="r")
-    boxes_of, labels_of = _boxes_source()
-    boxes = fn.external_source(source=boxes_of, batch=False)
-    labels = fn.external_source(source=labels_of, batch=False)
+    jpegs, boxes, labels = _ssd_sources(fn, root)
     anchor, shape, boxes, labels = fn.random_bbox_crop(
         boxes, labels, aspect_ratio=[0.5, 2.0], thresholds=[0.0, 0.1, 0.3, 0.5, 0.7, 0.9], scaling=[0.3, 1.0],
         bbox_layout="xyXY", allow_no_crop=True, num_attempts=50)
-    images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed", output_type=types.RGB)
-    flip = fn.random.coin_flip(probability=0.5)
-    boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip)
-    images = fn.resize(images, resize_x=300, resize_y=300)
-    images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=(0.875, 1.125)),
-                                    contrast=fn.random.uniform(range=(0.5, 1.5)))
-    images = fn.hsv(images, hue=fn.random.uniform(range=(-18.0, 18.0)), saturation=fn.random.uniform(range=(0.5, 1.5)))
-    images = fn.crop_mirror_normalize(images, crop=(300, 300), mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
-                                      std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=flip,
-                                      dtype=types.FLOAT, output_layout="CHW")
-    boxes, labels = fn.box_encoder(boxes, labels, criteria=0.5, anchors=_anchors())
-    return images, boxes, labels
+    return _ssd_rest(fn, types, jpegs, anchor, shape, boxes, labels)
 
 
 def ssd_without_bbox_crop(fn, types, root: str):
     """The SSD pipeline with random_bbox_crop's window drawn by fn.random.uniform instead (probe:
     how fast the rest of it runs; the boxes are not cropped)."""
-    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True, name="r")
-    boxes_of, labels_of = _boxes_source()
-    boxes = fn.external_source(source=boxes_of, batch=False)
-    labels = fn.external_source(source=labels_of, batch=False)
+    jpegs, boxes, labels = _ssd_sources(fn, root)
     shape = fn.random.uniform(range=(0.3, 0.7), shape=(2,))  # (anchor + shape stays within the image)
     anchor = fn.random.uniform(range=(0.0, 0.3), shape=(2,))
+    return _ssd_rest(fn, types, jpegs, anchor, shape, boxes, labels)
+
+
+def _ssd_sources(fn, root: str):
+    """The SSD pipelines' files, and their boxes and labels from external sources."""
+    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    boxes_of, labels_of = _boxes_source()
+    return (jpegs, fn.external_source(source=boxes_of, batch=False),
+            fn.external_source(source=labels_of, batch=False))
+
+
+def _ssd_rest(fn, types, jpegs, anchor, shape, boxes, labels):
+    """Everything of the SSD pipelines after the crop window: decode of the window, flip of image
+    and boxes, resize 300, colour jitter, crop_mirror_normalize, box_encoder."""
     images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed", output_type=types.RGB)
     flip = fn.random.coin_flip(probability=0.5)
     boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip)

@@ -39,6 +39,7 @@ import time
 from stoker import settings
 from stoker.errors import PipelineBuildError
 from stoker.pipeline.executor import Executor
+from stoker.pipeline.host_cores import usable_cores  # (this rank's share of the cores)
 
 AUTO = "auto"
 _log = logging.getLogger("stoker")
@@ -74,13 +75,6 @@ def check_arguments(num_threads, depth) -> tuple[int | None, object, int, int]:
         raise PipelineBuildError(f"Pipeline: prefetch_queue_depth must be a positive int, a dict or 'auto', "
                                  f"got {depth!r}")
     return num_threads, depth, depth, depth
-
-
-def usable_cores() -> int:
-    """The cores the heuristic and the trials size by (this rank's share: stoker.pipeline.host_cores)."""
-    from stoker.pipeline.host_cores import usable_cores as cores
-
-    return cores()
 
 
 def heuristic_threads(gpu: bool, cores: int | None = None) -> int:

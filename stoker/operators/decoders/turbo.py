@@ -233,22 +233,33 @@ def _failure(quick, h) -> None:
     return None
 
 
-def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
-    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
-    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
+def _opened(buf: np.ndarray):
+    """``(handle, quick library, buf)`` with ``buf``'s header read into this thread's handle (``buf``
+    made contiguous: TurboJPEG reads one flat buffer), or None without the library or when the
+    header is refused (the handle is then replaced, see _failure)."""
     h = _handle()
     if h is None:
         return None
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    quick = _state["quick"]
+    if quick.tj3DecompressHeader(h, buf.ctypes.data, buf.size) != 0:
+        _local.handle = None
+        return None
+    return h, quick, buf
+
+
+def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
+    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
+    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
     y, x, hh, ww = (int(v) for v in window)
     if hh <= 0 or ww <= 0:
         return None  # a 0-sized region means "everything" to TurboJPEG
-    if not buf.flags.c_contiguous:  # a strided view: TurboJPEG reads one flat buffer
-        buf = np.ascontiguousarray(buf)
-    ptr, size = buf.ctypes.data, buf.size
-    quick = _state["quick"]
-    if quick.tj3DecompressHeader(h, ptr, size) != 0:
-        _local.handle = None  # see _failure
+    opened = _opened(buf)
+    if opened is None:
         return None
+    h, quick, buf = opened
+    ptr, size = buf.ctypes.data, buf.size
     sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or y < 0 or x < 0 or y + hh > H or x + ww > W:
@@ -287,16 +298,11 @@ def decode_scaled(buf: np.ndarray, window, eighths: int, bgr: bool = False):
     unavailable or the file fails (corrupt data, an unusual layout): the caller then decodes it in
     full. The pixels are not those of the full decode: use it only where they are shrunk anyway
     (see stoker.pipeline.reduced_decode)."""
-    h = _handle()
-    if h is None:
+    opened = _opened(buf)
+    if opened is None:
         return None
-    if not buf.flags.c_contiguous:
-        buf = np.ascontiguousarray(buf)
+    h, quick, buf = opened
     ptr, size = buf.ctypes.data, buf.size
-    quick = _state["quick"]
-    if quick.tj3DecompressHeader(h, ptr, size) != 0:
-        _local.handle = None  # see _failure
-        return None
     sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or sub == _TJSAMP_GRAY or W <= 0 or H <= 0:
