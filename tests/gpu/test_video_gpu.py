@@ -1,6 +1,5 @@
 """readers.video with device="gpu" (NVDEC through PyNvVideoCodec) against the CPU reader (PyAV).
 
-The GPU module is pending (gpu_registry.PENDING_GPU_MODULES): these tests load it directly.
 NVDEC hands over NV12 and stoker's kernel (video_color.cu) converts it with the CPU reader's swscale
 arithmetic, so frames should be equal; labels, frame numbers and timestamps are the CPU reader's.
 """

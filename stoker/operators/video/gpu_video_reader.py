@@ -1,9 +1,7 @@
 """``readers.video(device="gpu")``: frames decoded by NVDEC through PyNvVideoCodec.
 
-Written without a GPU at hand: listed in ``gpu_registry.PENDING_GPU_MODULES``
-until tests/gpu/test_video_gpu.py passes on one. Until then (or without
-PyNvVideoCodec) a GPU video reader decodes on the CPU and copies the frames up
-(``gpu_registry.host_fallback``).
+Without PyNvVideoCodec a GPU video reader decodes on the CPU and copies the
+frames up (``gpu_registry.host_fallback``).
 
 Two halves, as the executor stages GPU operators:
 
@@ -28,8 +26,8 @@ Streams the kernel does not cover (not 8-bit 4:2:0, an unusual matrix) and
 ``image_type`` YCbCr or GRAY are decoded on the host for that sample and
 copied up.
 
-Decoders are kept per reader and re-pointed at the next clip
-(``reconfigure_decoder``), as creating an NVDEC session costs milliseconds;
+Decoders are kept per reader and re-pointed (``reconfigure_decoder``) at each
+window's clip, as creating an NVDEC session costs milliseconds;
 samples are decoded one after the other (a decoder is not shared between
 threads), on the pipeline's stream, so that a decoder reusing its output
 surfaces writes them only after the kernel has read them.
@@ -218,7 +216,12 @@ class _Decoders:
             self.dec = self.nvc.SimpleDecoder(path, gpu_id=self.device_id, cuda_context=self.context,
                                               cuda_stream=self.stream_ptr, use_device_memory=True,
                                               output_color_type=self.nvc.OutputColorType.NATIVE)
-        elif path != self.path:
+        else:
+            # Re-pointed for every window, the same clip's included: a decoder asked to go on where
+            # its last window stopped can hand back a frame it decoded ahead in place of the first
+            # one asked (PyNvVideoCodec 2.2.4, H.264 with B-frames a few frames before a key frame:
+            # frame 12 for 5, 23 for 18 at GOP 10, whatever decoder_cache_size). A re-pointed
+            # decoder seeks to the key frame and decodes from there, which is always right.
             self.path = None  # (a reconfigure that raises leaves no clip to continue from)
             self.dec.reconfigure_decoder(path)
         self.path = path
