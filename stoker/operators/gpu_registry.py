@@ -60,11 +60,12 @@ GPU_MODULES = (
     "stoker.operators.audio.gpu_spectrogram",
     "stoker.operators.audio.gpu_features",
     "stoker.operators.video.gpu_video_reader",  # readers.video(device="gpu"), NVDEC: H200, 2026-11-27
+    "stoker.operators.filters.gpu_jpeg_distortion",  # bit-exact with the CPU operator: H200, 2026-11-27
 )
 # GPU modules written while no GPU was at hand: their operators keep the host fallback unless
 # STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
 # GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = ("stoker.operators.filters.gpu_jpeg_distortion",)
+PENDING_GPU_MODULES: tuple[str, ...] = ()
 
 # Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
 # batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch

@@ -6,18 +6,18 @@ import os
 import subprocess
 import sys
 
-# A stand-in pending module: it registers a "GPU implementation" of jpeg_compression_distortion (never run here).
+# A stand-in pending module: it registers a "GPU implementation" of a made-up operator (never run here).
 _PENDING_MODULE = '''
 from stoker.operators.gpu_registry import register_gpu
 
-@register_gpu("jpeg_compression_distortion")
+@register_gpu("stoker_fake_op")
 def gpu_fake(op, batch, inputs, arg_inputs):
     raise AssertionError("not run")
 '''
 
 _PROBE = ("from stoker.operators import gpu_registry as g; "
           "g.PENDING_GPU_MODULES = ('stoker_fake_pending',); g.load_gpu_impls(); "
-          "print('jpeg_compression_distortion' in g._GPU_IMPLS, 'hsv' in g._GPU_IMPLS)")
+          "print('stoker_fake_op' in g._GPU_IMPLS, 'hsv' in g._GPU_IMPLS)")
 
 
 def _probe(tmp_path, pending: str | None) -> list:
