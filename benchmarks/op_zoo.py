@@ -65,6 +65,9 @@ OPS = {
     "noise_gaussian": lambda fn, types, x: fn.noise.gaussian(x, stddev=fn.random.uniform(range=(5.0, 15.0))),
     "noise_salt_and_pepper": lambda fn, types, x: fn.noise.salt_and_pepper(x, prob=0.05),
     "laplacian": lambda fn, types, x: fn.laplacian(x, window_size=3),
+    "noise_shot": lambda fn, types, x: fn.noise.shot(x, factor=fn.random.uniform(range=(0.5, 2.0))),
+    "jpeg_compression_distortion": lambda fn, types, x: fn.jpeg_compression_distortion(
+        x, quality=fn.random.uniform(range=(30.0, 90.0), dtype=types.INT32)),
     "pad": lambda fn, types, x: fn.pad(x, fill_value=0, shape=(300, 300), axis_names="HW"),
     "slice": lambda fn, types, x: fn.slice(x, fn.random.uniform(range=(0.0, 0.1), shape=(2,)), (0.9, 0.9),
                                            axis_names="HW", normalized_anchor=True, normalized_shape=True),
