@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 import stoker
 from stoker import fn, pipeline_def, types

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dali_oracle import assert_same, run_graph
+from oracle import assert_same, run_graph
 
 from stoker.errors import StokerError
 
@@ -109,7 +109,7 @@ def test_warp_perspective_per_frame_matrices_match_dali():
 @pytest.mark.oracle
 def test_sequences_without_per_frame_arguments_match_dali():
     """rotate and warp_affine take FHWC sequences frame by frame with one value for all frames."""
-    from dali_oracle import check
+    from oracle import check
 
     check(lambda fn, t, x: fn.rotate(x, angle=25.0, fill_value=0), SEQS, layouts=["FHWC"], tol=1, what="rotate")
     check(lambda fn, t, x: fn.warp_affine(x, matrix=[1, 0.2, 1, 0, 1, 2], fill_value=0), SEQS, layouts=["FHWC"],
@@ -134,7 +134,7 @@ def test_per_frame_layout_matches_dali(layout, replace):
     def build(fn, t, a):
         return fn.per_frame(a, replace=replace)
 
-    from dali_oracle import check
+    from oracle import check
 
     check(build, vals, layouts=[layout], what=f"{layout} {replace}")
 

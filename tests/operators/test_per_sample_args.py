@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dali_oracle import run_graph
 from generated_images import smooth
+from oracle import run_graph
 
 from stoker.errors import StokerError
 

@@ -4,7 +4,7 @@ compared with DALI's CPU operators; bad arguments name the operator and the argu
 
 import numpy as np
 import pytest
-from dali_oracle import run_graph
+from oracle import libs, run_graph
 
 from stoker import fn, pipeline_def, types
 from stoker.errors import ArgumentError, OperatorError, PipelineBuildError
@@ -89,11 +89,7 @@ def test_direct_calls_inside_enable_conditionals():
     """With enable_conditionals, a direct split inside a per-sample if splits the branch's
     samples; direct calls outside any if behave as without conditionals."""
     def run(lib):
-        if lib == "dali":
-            dali = pytest.importorskip("nvidia.dali")
-            f_, pd = dali.fn, dali.pipeline_def
-        else:
-            f_, pd = fn, pipeline_def
+        f_, pd, _ = libs(lib)
 
         @pd(batch_size=len(DATA), num_threads=1, device_id=None, enable_conditionals=True)
         def pipe():

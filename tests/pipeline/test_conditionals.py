@@ -3,10 +3,10 @@ conditional expressions, against NumPy references and DALI as an oracle."""
 
 import os
 import sys
-import types as pytypes
 
 import numpy as np
 import pytest
+from oracle import lib_namespace
 
 import stoker
 from stoker.errors import OperatorError, PipelineBuildError
@@ -38,14 +38,11 @@ def _run(pipe):
 
 
 def _dali():
-    dali = pytest.importorskip("nvidia.dali")
-    import nvidia.dali.fn as dfn
-
-    return pytypes.SimpleNamespace(pipeline_def=dali.pipeline_def, fn=dfn, types=dali.types)
+    return lib_namespace("dali")
 
 
 def _stoker():
-    return pytypes.SimpleNamespace(pipeline_def=stoker.pipeline_def, fn=stoker.fn, types=stoker.types)
+    return lib_namespace("stoker")
 
 
 def _pipe(lib, body, **kw):

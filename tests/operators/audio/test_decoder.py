@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from conftest import FILES
-from dali_oracle import run_graph
+from oracle import run_graph
 
 from stoker import fn, pipeline_def, types
 from stoker.errors import OperatorError

@@ -11,7 +11,7 @@ decides (see test_nonsilent_region)."""
 import numpy as np
 import pytest
 from conftest import sweep
-from dali_oracle import check, run_graph, run_op
+from oracle import check, run_graph, run_op
 
 from stoker import types
 

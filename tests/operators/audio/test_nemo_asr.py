@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from conftest import sweep
-from dali_oracle import _libs, to_dali
+from oracle import libs, to_dali
 
 from stoker import types
 
@@ -30,7 +30,7 @@ def manifest(tmp_path_factory):
 
 
 def _run(lib, folder, **kw):
-    fn, pipeline_def, _ = _libs(lib)
+    fn, pipeline_def, _ = libs(lib)
     if lib == "dali":
         kw = {k: to_dali(v) for k, v in kw.items()}
 
@@ -77,7 +77,7 @@ def test_bad_manifest_line_names_file_and_line(manifest, tmp_path):
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"audio_filepath": "x.wav"}\n{not json}\n')
-    fn, pipeline_def, _ = _libs("stoker")
+    fn, pipeline_def, _ = libs("stoker")
 
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def p():

@@ -4,7 +4,7 @@ within 3e-6, a float32 summation-order difference)."""
 import numpy as np
 import pytest
 from conftest import sweep
-from dali_oracle import run_op
+from oracle import run_op
 
 from stoker import types
 

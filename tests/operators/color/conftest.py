@@ -1,4 +1,4 @@
-"""Fixtures of the colour operator tests (the DALI oracle lives in tests/dali_oracle.py)."""
+"""Fixtures of the colour operator tests (the DALI oracle lives in tests/oracle.py)."""
 
 import pytest
 from generated_images import small_images

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from dali_oracle import compare_op, run_op
+from oracle import compare_op, run_op
 
 from stoker import types
 from stoker.errors import OperatorError, PipelineBuildError

@@ -6,7 +6,7 @@ import io
 
 import cv2
 import numpy as np
-import pytest
+from oracle import pipeline
 from PIL import Image
 
 H, W = 37, 53
@@ -77,39 +77,24 @@ def as_u8(b: bytes) -> np.ndarray:
     return np.frombuffer(b, np.uint8)
 
 
-def run_stoker(datas, build, batch_size=None, num_threads=1, seed=7, iterations=1):
-    """Run ``build(encoded, fn, types) -> outputs`` in a stoker pipeline over ``datas``; returns lists of arrays."""
-    from stoker import fn, pipeline_def, types
-
-    n = batch_size or len(datas)
-
-    @pipeline_def(batch_size=n, num_threads=num_threads, device_id=None, seed=seed)
-    def pipe():
-        x = fn.external_source(source=lambda: list(datas), batch=True)
-        out = build(x, fn, types)
+def _run(lib, datas, build, batch_size=None, num_threads=1, seed=7, iterations=1):
+    def body(fn, types):
+        out = build(fn.external_source(source=lambda: list(datas), batch=True), fn, types)
         return out if isinstance(out, tuple) else (out,)
 
-    p = pipe()
-    p.build()
+    p = pipeline(lib, body, batch_size or len(datas), num_threads=num_threads, seed=seed)
     results = []
     for _ in range(iterations):
-        outs = p.run()
-        results.append([[np.array(o.at(i)) for i in range(len(o))] for o in outs])
+        results.append([[np.array(o.at(i)) for i in range(len(o))] for o in p.run()])
     return results if iterations > 1 else results[0]
 
 
+def run_stoker(datas, build, batch_size=None, num_threads=1, seed=7, iterations=1):
+    """Run ``build(encoded, fn, types) -> outputs`` in a stoker pipeline over ``datas``; returns lists of arrays
+    (a list of them per iteration when ``iterations`` > 1)."""
+    return _run("stoker", datas, build, batch_size, num_threads, seed, iterations)
+
+
 def run_dali(datas, build):
-    """The same with DALI's CPU operators (the oracle); ``build(encoded, fn, types)``."""
-    dali = pytest.importorskip("nvidia.dali")
-    from nvidia.dali import fn, types
-
-    @dali.pipeline_def(batch_size=len(datas), num_threads=1, device_id=None, seed=7)
-    def pipe():
-        x = fn.external_source(source=lambda: list(datas), batch=True)
-        out = build(x, fn, types)
-        return out if isinstance(out, tuple) else (out,)
-
-    p = pipe()
-    p.build()
-    outs = p.run()
-    return [[np.array(o.at(i)) for i in range(len(o))] for o in outs]
+    """The same with DALI's CPU operators (the oracle, tests/oracle.py; one thread); ``build(encoded, fn, types)``."""
+    return _run("dali", datas, build)

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from dali_oracle import check_samples as check  # layouts not compared
-from dali_oracle import run_graph_samples as run_graph  # samples only, no layouts
+from oracle import check_samples as check  # layouts not compared
+from oracle import run_graph_samples as run_graph  # samples only, no layouts
 
 from stoker.errors import StokerError
 

@@ -6,6 +6,7 @@ read back from the output image of either library and the boxes checked against 
 
 import numpy as np
 import pytest
+from oracle import libs
 
 from stoker.errors import StokerError
 
@@ -38,11 +39,7 @@ LABELS = [np.arange(len(b), dtype=np.int32) + 100 for b in BOXES]
 def _run(lib, images=IMAGES, boxes=BOXES, labels=LABELS, *, seed=5, num_threads=1, iters=2, layout="HWC",
          seed_arg=None, **kw):
     """[iteration][output][sample] arrays and the image output's layout."""
-    if lib == "dali":
-        pytest.importorskip("nvidia.dali")
-        from nvidia.dali import fn, pipeline_def
-    else:
-        from stoker import fn, pipeline_def
+    fn, pipeline_def, _ = libs(lib)
 
     @pipeline_def(batch_size=len(images), device_id=None, seed=seed, num_threads=num_threads)
     def pipe():

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from dali_oracle import run_op
+from oracle import run_op
 
 from stoker.operators.filters import element_poisson as ep
 

@@ -2,45 +2,39 @@
 
 import numpy as np
 import pytest
-from dali_oracle import compare_op, run_op
+from generated_images import small_images
+from oracle import Case, case_params, check_operator, run_op
 
 from stoker import types
 from stoker.errors import OperatorError, PipelineBuildError
 from stoker.operators.filters.gaussian_blur import gaussian_kernel, kernel_params
 
-CASES = [dict(sigma=1.5), dict(sigma=0.7), dict(window_size=5), dict(sigma=2.0, window_size=7),
-         dict(sigma=3.0), dict(sigma=(1.0, 2.5)), dict(window_size=(3, 9)), dict(sigma=1.2, dtype=types.FLOAT)]
+IM = small_images()
+RGB_GRAY_NOISE = [IM["rgb"], IM["gray"], IM["noise"]]
+# same kernel and border, float32 sums in another order: a rounding tie may land one apart
+UINT8_TOL = (0.01, 1)
+KWARGS = [dict(sigma=1.5), dict(sigma=0.7), dict(window_size=5), dict(sigma=2.0, window_size=7),
+          dict(sigma=3.0), dict(sigma=(1.0, 2.5)), dict(window_size=(3, 9)), dict(sigma=1.2, dtype=types.FLOAT)]
+FRAMES = np.stack([IM["noise"], IM["noise"][::-1]])
+VOLUME = np.random.default_rng(3).integers(0, 256, (9, 11, 13, 2), np.uint8)
+CASES = [
+    *[Case(RGB_GRAY_NOISE, kw, tol=(1e-3, 1e-3) if "dtype" in kw else UINT8_TOL) for kw in KWARGS],
+    *[Case([IM["rgb_f"], IM["gray_f"]], kw, tol=(1e-6, 1e-5), id=f"float-{kw}")
+      for kw in (dict(sigma=1.2), dict(window_size=7))],
+    Case([np.ascontiguousarray(IM["rgb"].transpose(2, 0, 1))], dict(sigma=1.3), layout="CHW", tol=UINT8_TOL, id="CHW"),
+    Case([FRAMES], dict(sigma=(0.8, 1.6)), layout="FHWC", tol=UINT8_TOL, id="FHWC"),
+    Case([VOLUME], dict(sigma=1.0), layout="DHWC", tol=UINT8_TOL, id="DHWC"),
+    Case([IM["gray"][:, :, 0]], dict(window_size=5), layout="HW", tol=UINT8_TOL, id="HW"),
+    Case([IM["rgb"], IM["noise"], IM["gray"]], per_sample={"sigma": [np.float32(v) for v in (0.5, 1.5, 2.5)]},
+         tol=UINT8_TOL),
+]
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("kwargs", CASES, ids=str)
-def test_uint8_matches_dali(kwargs, images):
-    # same kernel and border, float32 sums in another order: a rounding tie may land one apart
-    tol = (1e-3, 1e-3) if "dtype" in kwargs else (0.01, 1)
-    compare_op("gaussian_blur", [images["rgb"], images["gray"], images["noise"]], *tol, **kwargs)
-
-
-@pytest.mark.oracle
-@pytest.mark.parametrize("kwargs", [dict(sigma=1.2), dict(window_size=7)], ids=str)
-def test_float_matches_dali(kwargs, images):
-    compare_op("gaussian_blur", [images["rgb_f"], images["gray_f"]], 1e-6, 1e-5, **kwargs)
-
-
-@pytest.mark.oracle
-def test_layouts_match_dali(images):
-    chw = np.ascontiguousarray(images["rgb"].transpose(2, 0, 1))
-    compare_op("gaussian_blur", [chw], 0.01, 1, layout="CHW", sigma=1.3)
-    frames = np.stack([images["noise"], images["noise"][::-1]])
-    compare_op("gaussian_blur", [frames], 0.01, 1, layout="FHWC", sigma=(0.8, 1.6))
-    vol = np.random.default_rng(3).integers(0, 256, (9, 11, 13, 2), np.uint8)
-    compare_op("gaussian_blur", [vol], 0.01, 1, layout="DHWC", sigma=1.0)
-    compare_op("gaussian_blur", [images["gray"][:, :, 0]], 0.01, 1, layout="HW", window_size=5)
-
-
-@pytest.mark.oracle
-def test_per_sample_arguments_match_dali(images):
-    batch = [images["rgb"], images["noise"], images["gray"]]
-    compare_op("gaussian_blur", batch, 0.01, 1, per_sample={"sigma": [np.float32(v) for v in (0.5, 1.5, 2.5)]})
+@pytest.mark.parametrize("case, check", case_params(CASES))
+def test_gaussian_blur_check_operator(case, check):
+    """DALI (uint8 and float inputs, layouts, per-sample sigma), 1 thread vs 4, pipeline vs eager."""
+    check_operator("gaussian_blur", case, [check])
 
 
 def test_kernel_rules():

@@ -3,23 +3,24 @@
 import cv2
 import numpy as np
 import pytest
-from dali_oracle import compare_op, run_op
+from generated_images import small_images
+from oracle import Case, case_params, check_operator, run_op
 
 from stoker.errors import OperatorError, PipelineBuildError
 
+IM = small_images()
+JPEG_CASES = [
+    *[Case([IM["rgb"], IM["noise"]], dict(quality=q)) for q in (50, 10, 95, 0, 150)],
+    Case([IM["rgb"], IM["rgb"]], per_sample={"quality": [np.int32(5), np.int32(80)]}),
+    Case([np.stack([IM["noise"], IM["noise"][::-1]])], dict(quality=30), layout="FHWC", id="FHWC"),
+]
+
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("quality", [50, 10, 95, 0, 150])
-def test_jpeg_matches_dali(quality, images):
-    compare_op("jpeg_compression_distortion", [images["rgb"], images["noise"]], 0.0, 0, quality=quality)
-
-
-@pytest.mark.oracle
-def test_jpeg_per_sample_and_frames_match_dali(images):
-    batch = [images["rgb"], images["rgb"]]
-    compare_op("jpeg_compression_distortion", batch, 0.0, 0, per_sample={"quality": [np.int32(5), np.int32(80)]})
-    frames = np.stack([images["noise"], images["noise"][::-1]])
-    compare_op("jpeg_compression_distortion", [frames], 0.0, 0, layout="FHWC", quality=30)
+@pytest.mark.parametrize("case, check", case_params(JPEG_CASES))
+def test_jpeg_check_operator(case, check):
+    """DALI to the bit (qualities, per-sample quality, frames), 1 thread vs 4, pipeline vs eager."""
+    check_operator("jpeg_compression_distortion", case, [check])
 
 
 def test_jpeg_lower_quality_loses_more(images):
@@ -36,14 +37,16 @@ def test_jpeg_errors(images):
         run_op("stoker", "jpeg_compression_distortion", [images["rgb_f"]])
 
 
-CLAHE_CASES = [dict(clip_limit=2.0, tiles_x=8, tiles_y=8), dict(clip_limit=4.0, tiles_x=4, tiles_y=3),
-               dict(clip_limit=1.5, tiles_x=2, tiles_y=5, luma_only=False)]
+CLAHE_CASES = [Case([IM["rgb"], IM["gray"], IM["noise"]], kw) for kw in (
+    dict(clip_limit=2.0, tiles_x=8, tiles_y=8), dict(clip_limit=4.0, tiles_x=4, tiles_y=3),
+    dict(clip_limit=1.5, tiles_x=2, tiles_y=5, luma_only=False))]
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("kwargs", CLAHE_CASES, ids=str)
-def test_clahe_matches_dali(kwargs, images):
-    compare_op("clahe", [images["rgb"], images["gray"], images["noise"]], 0.0, 0, **kwargs)
+@pytest.mark.parametrize("case, check", case_params(CLAHE_CASES))
+def test_clahe_check_operator(case, check):
+    """DALI to the bit, 1 thread vs 4, pipeline vs eager."""
+    check_operator("clahe", case, [check])
 
 
 def test_clahe_gray_is_opencv(images):

@@ -3,37 +3,35 @@
 import cv2
 import numpy as np
 import pytest
-from dali_oracle import compare_op, run_op
+from generated_images import small_images
+from oracle import Case, case_params, check_operator, run_op
 
 from stoker import types
 from stoker.errors import PipelineBuildError
 
-CASES = [dict(), dict(window_size=5), dict(window_size=5, smoothing_size=1), dict(window_size=3, smoothing_size=7),
-         dict(window_size=7), dict(window_size=5, normalized_kernel=True), dict(scale=(0.5, 2.0)),
-         dict(window_size=(3, 5), smoothing_size=(5, 3))]
+IM = small_images()
+# integer kernels, float32 sums: equal up to float32 rounding of large sums
+FLOAT_OUT_TOL = (1e-4, 1e-2)
+KWARGS = [dict(), dict(window_size=5), dict(window_size=5, smoothing_size=1), dict(window_size=3, smoothing_size=7),
+          dict(window_size=7), dict(window_size=5, normalized_kernel=True), dict(scale=(0.5, 2.0)),
+          dict(window_size=(3, 5), smoothing_size=(5, 3))]
+SAME_TYPE_KWARGS = [dict(), dict(window_size=5, normalized_kernel=True)]
+CASES = [
+    *[Case([IM["rgb"], IM["gray"], IM["noise"]], dict(dtype=types.FLOAT, **kw), tol=FLOAT_OUT_TOL) for kw in KWARGS],
+    *[Case([IM["rgb"], IM["noise"]], kw, tol=0, id=f"uint8-{kw}") for kw in SAME_TYPE_KWARGS],  # saturating
+    *[Case([IM["rgb_f"], IM["gray_f"]], kw, tol=(1e-6, 1e-5), id=f"float-{kw}") for kw in SAME_TYPE_KWARGS],
+    Case([np.random.default_rng(4).integers(0, 256, (7, 9, 11, 1), np.uint8)],
+         dict(dtype=types.FLOAT, window_size=(3, 5, 3)), layout="DHWC", tol=FLOAT_OUT_TOL, id="DHWC"),
+    Case([IM["rgb"], IM["noise"]], dict(dtype=types.FLOAT), per_sample={"window_size": [np.int32(3), np.int32(5)]},
+         tol=FLOAT_OUT_TOL),
+]
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("kwargs", CASES, ids=str)
-def test_float_output_matches_dali(kwargs, images):
-    # integer kernels, float32 sums: equal up to float32 rounding of large sums
-    compare_op("laplacian", [images["rgb"], images["gray"], images["noise"]], 1e-4, 1e-2, dtype=types.FLOAT, **kwargs)
-
-
-@pytest.mark.oracle
-@pytest.mark.parametrize("kwargs", [dict(), dict(window_size=5, normalized_kernel=True)], ids=str)
-def test_uint8_and_float_inputs_match_dali(kwargs, images):
-    compare_op("laplacian", [images["rgb"], images["noise"]], 0.0, 0, **kwargs)  # saturating uint8
-    compare_op("laplacian", [images["rgb_f"], images["gray_f"]], 1e-6, 1e-5, **kwargs)
-
-
-@pytest.mark.oracle
-def test_volume_and_per_sample_match_dali(images):
-    vol = np.random.default_rng(4).integers(0, 256, (7, 9, 11, 1), np.uint8)
-    compare_op("laplacian", [vol], 1e-4, 1e-2, layout="DHWC", dtype=types.FLOAT, window_size=(3, 5, 3))
-    batch = [images["rgb"], images["noise"]]
-    compare_op("laplacian", batch, 1e-4, 1e-2, dtype=types.FLOAT,
-            per_sample={"window_size": [np.int32(3), np.int32(5)]})
+@pytest.mark.parametrize("case, check", case_params(CASES))
+def test_laplacian_check_operator(case, check):
+    """DALI (float and same-type outputs, volumes, per-sample window), 1 thread vs 4, pipeline vs eager."""
+    check_operator("laplacian", case, [check])
 
 
 def test_matches_opencv_laplacian(images):

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from dali_oracle import run_op
+from oracle import run_op
 
 from stoker.errors import OperatorError, PipelineBuildError
 

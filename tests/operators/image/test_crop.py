@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from dali_oracle import assert_close
+from generated_images import geometry_images
+from oracle import Case, assert_close, case_params, check_operator, run_op
 
 from stoker import types
 from stoker.operators.image.geometry import crop_anchor
@@ -11,7 +12,7 @@ from stoker.operators.image.geometry import crop_anchor
 @pytest.mark.oracle
 @pytest.mark.parametrize("op", ["crop", "crop_mirror_normalize"])
 @pytest.mark.parametrize("rounding", ["round", "truncate"])
-def test_anchor_matches_dali_near_halves(op, rounding, run_stoker, run_dali):
+def test_anchor_matches_dali_near_halves(op, rounding):
     """pos * (in - crop) just below a half (0.9f * 5 = 4.4999999): DALI's product is exact,
     a float32 one would round up to 4.5."""
     img = np.arange(30 * 40, dtype=np.int64).reshape(30, 40, 1).astype(np.uint8)
@@ -19,8 +20,8 @@ def test_anchor_matches_dali_near_halves(op, rounding, run_stoker, run_dali):
         kw = dict(crop=(c, 10), crop_pos_y=pos, crop_pos_x=0.0, rounding=rounding)
         if op != "crop":
             kw["output_layout"] = "HWC"
-        want = run_dali(op, [img[:n]], **kw)[0]
-        assert_close([run_stoker(op, [img[:n]], **kw)[0]], [want], 0, 0, f"{kw} on {n} rows")
+        want = run_op("dali", op, [img[:n]], **kw)[0]
+        assert_close([run_op("stoker", op, [img[:n]], **kw)[0]], [want], 0, 0, f"{kw} on {n} rows")
         assert np.array_equal(img[:n][crop_anchor(n, c, pos, rounding):][:c, :10].astype(want.dtype), want)
 
 
@@ -35,47 +36,42 @@ CROP_CASES = [
 ]
 
 
-@pytest.mark.oracle
-@pytest.mark.parametrize("case", CROP_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_crop_matches_dali(case, images, run_stoker, run_dali):
-    batch = [images["rgb_odd"], images["noise"], images["gray"]]
-    assert_close(run_stoker("crop", batch, **case), run_dali("crop", batch, **case), 0, 0, str(case))
+IM = geometry_images()
+VOLUME = np.random.default_rng(3).integers(0, 256, (6, 9, 11, 2), np.uint8)
+CROP_BATCH = [IM["rgb_odd"], IM["noise"], IM["gray"]]
+# windows larger than the image put the anchor below zero, where truncation goes towards zero
+ROUNDING_POS = {"crop_pos_x": [np.float32(v) for v in (0.3, 0.7, 0.5)],
+                "crop_pos_y": [np.float32(v) for v in (0.3, 0.1, 0.9)]}
+CROP_CHECKS = [
+    *[Case(CROP_BATCH, kw) for kw in CROP_CASES],
+    Case(CROP_BATCH, dict(crop=(17, 9)), {"crop_pos_x": [np.float32(v) for v in (0.0, 0.33, 1.0)],
+                                          "crop_pos_y": [np.float32(v) for v in (0.7, 0.5, 0.05)]}),
+    *[Case(CROP_BATCH, dict(crop=crop, rounding=rounding, out_of_bounds_policy="pad", fill_values=3), ROUNDING_POS,
+           id=f"rounding={rounding},crop={crop}")
+      for rounding in ("round", "truncate") for crop in [(17, 10), (100, 140)]],
+    Case([VOLUME], dict(crop=(3, 4, 5), crop_pos_z=0.8, crop_pos_x=0.3), layout="DHWC", id="DHWC"),
+]
 
 
 @pytest.mark.oracle
-def test_crop_per_sample_positions(images, run_stoker, run_dali):
-    batch = [images["rgb_odd"], images["noise"], images["gray"]]
-    per = {"crop_pos_x": [np.float32(v) for v in (0.0, 0.33, 1.0)],
-           "crop_pos_y": [np.float32(v) for v in (0.7, 0.5, 0.05)]}
-    assert_close(run_stoker("crop", batch, per_sample=per, crop=(17, 9)),
-                 run_dali("crop", batch, per_sample=per, crop=(17, 9)), 0, 0)
+@pytest.mark.parametrize("case, check", case_params(CROP_CHECKS))
+def test_crop_check_operator(case, check):
+    """DALI to the bit (windows, positions, rounding, padding, volumes), 1 thread vs 4, pipeline vs eager."""
+    check_operator("crop", case, [check])
 
 
-@pytest.mark.oracle
-@pytest.mark.parametrize("rounding", ["round", "truncate"])
-def test_crop_rounding_matches_dali(rounding, images, run_stoker, run_dali):
-    # Windows larger than the image put the anchor below zero, where truncation goes towards zero.
-    batch = [images["rgb_odd"], images["noise"], images["gray"]]
-    per = {"crop_pos_x": [np.float32(v) for v in (0.3, 0.7, 0.5)],
-           "crop_pos_y": [np.float32(v) for v in (0.3, 0.1, 0.9)]}
-    for crop in [(17, 10), (100, 140)]:
-        kw = dict(crop=crop, rounding=rounding, out_of_bounds_policy="pad", fill_values=3)
-        assert_close(run_stoker("crop", batch, per_sample=per, **kw), run_dali("crop", batch, per_sample=per, **kw),
-                     0, 0, f"{rounding} {crop}")
-
-
-def test_crop_bad_rounding_names_the_argument(images, run_stoker):
+def test_crop_bad_rounding_names_the_argument(images):
     from stoker.errors import StokerError
 
     with pytest.raises(StokerError, match="rounding"):
-        run_stoker("crop", [images["gray"]], crop=(5, 5), rounding="floor")
+        run_op("stoker", "crop", [images["gray"]], crop=(5, 5), rounding="floor")
 
 
-def test_crop_out_of_bounds_error_names_the_argument(images, run_stoker):
+def test_crop_out_of_bounds_error_names_the_argument(images):
     from stoker.errors import StokerError
 
     with pytest.raises(StokerError, match="out_of_bounds_policy"):
-        run_stoker("crop", [images["gray"]], crop=(500, 10))
+        run_op("stoker", "crop", [images["gray"]], crop=(500, 10))
 
 
 CMN_CASES = [
@@ -93,47 +89,47 @@ CMN_CASES = [
 ]
 
 
-@pytest.mark.oracle
-@pytest.mark.parametrize("case", CMN_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_crop_mirror_normalize_matches_dali(case, images, run_stoker, run_dali):
-    batch = [images["rgb_odd"], images["noise"]]
-    ours = run_stoker("crop_mirror_normalize", batch, **case)
-    theirs = run_dali("crop_mirror_normalize", batch, **case)
-    tol = 1 if case.get("dtype") in (types.UINT8, types.INT8) else 1e-2
-    assert_close(ours, theirs, tol, tol, str(case))
+CMN_CHECKS = [
+    *[Case([IM["rgb_odd"], IM["noise"]], kw, tol=(1, 1) if kw.get("dtype") in (types.UINT8, types.INT8) else
+           (1e-2, 1e-2)) for kw in CMN_CASES],
+    Case([np.ascontiguousarray(IM["rgb_odd"].transpose(2, 0, 1)), np.ascontiguousarray(IM["noise"].transpose(2, 0, 1))],
+         dict(crop=(16, 20), crop_pos_x=0.2, mean=[50.0, 60.0, 70.0], std=[5.0, 6.0, 7.0], output_layout="HWC"),
+         {"mirror": [np.int32(1), np.int32(0)]}, layout="CHW", tol=(1e-3, 1e-3), id="CHW,per-sample mirror"),
+    Case([IM["rgb_odd"], IM["noise"]], per_sample={
+        "mean": [np.float32([10, 20, 30]), np.float32([1, 2, 3])],
+        "std": [np.float32([2, 3, 4]), np.float32([5, 5, 5])],
+        "crop_h": [np.float32(20), np.float32(11)], "crop_w": [np.float32(9), np.float32(30)]}, tol=(1e-4, 1e-4)),
+]
 
 
 @pytest.mark.oracle
-def test_cmn_chw_input_and_per_sample_mirror(images, run_stoker, run_dali):
-    batch = [np.ascontiguousarray(images["rgb_odd"].transpose(2, 0, 1)), np.ascontiguousarray(
-        images["noise"].transpose(2, 0, 1))]
-    per = {"mirror": [np.int32(1), np.int32(0)]}
-    kw = dict(crop=(16, 20), crop_pos_x=0.2, mean=[50.0, 60.0, 70.0], std=[5.0, 6.0, 7.0], output_layout="HWC")
-    assert_close(run_stoker("crop_mirror_normalize", batch, "CHW", per, **kw),
-                 run_dali("crop_mirror_normalize", batch, "CHW", per, **kw), 1e-3, 1e-3)
+@pytest.mark.parametrize("case, check", case_params(CMN_CHECKS))
+def test_crop_mirror_normalize_check_operator(case, check):
+    """DALI (dtypes, layouts, padding, per-sample mirror, mean and std), 1 thread vs 4, pipeline vs eager."""
+    check_operator("crop_mirror_normalize", case, [check])
 
 
-def test_cmn_bad_rounding_names_the_argument(images, run_stoker):
+def test_cmn_bad_rounding_names_the_argument(images):
     from stoker.errors import StokerError
 
     with pytest.raises(StokerError, match="rounding"):
-        run_stoker("crop_mirror_normalize", [images["gray"]], crop=(5, 5), rounding="floor")
+        run_op("stoker", "crop_mirror_normalize", [images["gray"]], crop=(5, 5), rounding="floor")
 
 
-def test_cmn_against_numpy(images, run_stoker):
+def test_cmn_against_numpy(images):
     img = images["rgb_odd"]
     mean, std = np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 8.0])
-    out = run_stoker("crop_mirror_normalize", [img], crop=(10, 12), crop_pos_x=0.0, crop_pos_y=0.0, mirror=1,
+    out = run_op("stoker", "crop_mirror_normalize", [img], crop=(10, 12), crop_pos_x=0.0, crop_pos_y=0.0, mirror=1,
                      mean=mean.tolist(), std=std.tolist())[0]
     want = ((img[:10, :12][:, ::-1] - mean) / std).transpose(2, 0, 1).astype(np.float32)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
-def test_cmn_pads_with_per_channel_output_values(run_stoker):
+def test_cmn_pads_with_per_channel_output_values():
     """fill_values are output values (after normalization). (DALI 2.4's CPU operator zeroes channels 1..
     of the image inside the window when fill_values has one value per channel, so no oracle here.)"""
     img = np.full((4, 4, 3), 100, np.uint8)
-    out = run_stoker("crop_mirror_normalize", [img], crop=(6, 6), out_of_bounds_policy="pad",
+    out = run_op("stoker", "crop_mirror_normalize", [img], crop=(6, 6), out_of_bounds_policy="pad",
                      fill_values=[7.0, 8.0, 9.0], mean=[5.0], std=[2.0], output_layout="HWC")[0]
     assert out.shape == (6, 6, 3)
     np.testing.assert_array_equal(out[0], np.tile([7.0, 8.0, 9.0], (6, 1)))
@@ -143,47 +139,29 @@ def test_cmn_pads_with_per_channel_output_values(run_stoker):
 FLIP_CASES = [dict(), dict(horizontal=0, vertical=1), dict(horizontal=1, vertical=1), dict(horizontal=0)]
 
 
-@pytest.mark.oracle
-@pytest.mark.parametrize("case", FLIP_CASES, ids=str)
-def test_flip_matches_dali(case, images, run_stoker, run_dali):
-    batch = [images["rgb_odd"], images["gray"]]
-    assert_close(run_stoker("flip", batch, **case), run_dali("flip", batch, **case), 0, 0, str(case))
+FLIP_CHECKS = [
+    *[Case([IM["rgb_odd"], IM["gray"]], kw) for kw in FLIP_CASES],
+    Case([np.ascontiguousarray(IM["noise"].transpose(2, 0, 1))] * 3, per_sample={
+        "horizontal": [np.int32(v) for v in (0, 1, 1)], "vertical": [np.int32(v) for v in (1, 0, 1)]}, layout="CHW"),
+    Case([VOLUME], dict(horizontal=0, depthwise=1, vertical=1), layout="DHWC", id="DHWC"),
+]
 
 
 @pytest.mark.oracle
-def test_flip_per_sample_and_chw(images, run_stoker, run_dali):
-    batch = [np.ascontiguousarray(images["noise"].transpose(2, 0, 1))] * 3
-    per = {"horizontal": [np.int32(v) for v in (0, 1, 1)], "vertical": [np.int32(v) for v in (1, 0, 1)]}
-    assert_close(run_stoker("flip", batch, "CHW", per), run_dali("flip", batch, "CHW", per), 0, 0)
+@pytest.mark.parametrize("case, check", case_params(FLIP_CHECKS))
+def test_flip_check_operator(case, check):
+    """DALI to the bit (axes, per-sample flags, CHW, volumes), 1 thread vs 4, pipeline vs eager."""
+    check_operator("flip", case, [check])
 
 
-def test_flip_against_numpy(images, run_stoker):
+def test_flip_against_numpy(images):
     img = images["noise"]
-    out = run_stoker("flip", [img], horizontal=1, vertical=1)[0]
+    out = run_op("stoker", "flip", [img], horizontal=1, vertical=1)[0]
     np.testing.assert_array_equal(out, img[::-1, ::-1])
 
 
-def test_crop_position_out_of_range_names_the_argument(images, run_stoker):
+def test_crop_position_out_of_range_names_the_argument(images):
     from stoker.errors import StokerError
 
     with pytest.raises(StokerError, match="crop_pos_y"):
-        run_stoker("crop", [images["gray"]], crop=(5, 5), crop_pos_y=1.2, out_of_bounds_policy="pad")
-
-
-@pytest.mark.oracle
-def test_volume_flip_and_crop_match_dali(run_stoker, run_dali):
-    vol = np.random.default_rng(3).integers(0, 256, (6, 9, 11, 2), np.uint8)
-    kw = dict(horizontal=0, depthwise=1, vertical=1)
-    assert_close(run_stoker("flip", [vol], "DHWC", **kw), run_dali("flip", [vol], "DHWC", **kw), 0, 0)
-    kw = dict(crop=(3, 4, 5), crop_pos_z=0.8, crop_pos_x=0.3)
-    assert_close(run_stoker("crop", [vol], "DHWC", **kw), run_dali("crop", [vol], "DHWC", **kw), 0, 0)
-
-
-@pytest.mark.oracle
-def test_cmn_per_sample_mean_std(images, run_stoker, run_dali):
-    batch = [images["rgb_odd"], images["noise"]]
-    per = {"mean": [np.float32([10, 20, 30]), np.float32([1, 2, 3])],
-           "std": [np.float32([2, 3, 4]), np.float32([5, 5, 5])],
-           "crop_h": [np.float32(20), np.float32(11)], "crop_w": [np.float32(9), np.float32(30)]}
-    assert_close(run_stoker("crop_mirror_normalize", batch, per_sample=per),
-                 run_dali("crop_mirror_normalize", batch, per_sample=per), 1e-4, 1e-4)
+        run_op("stoker", "crop", [images["gray"]], crop=(5, 5), crop_pos_y=1.2, out_of_bounds_policy="pad")

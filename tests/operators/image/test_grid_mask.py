@@ -4,7 +4,7 @@ pattern checked directly."""
 
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

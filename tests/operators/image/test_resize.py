@@ -6,7 +6,7 @@ import time
 import cv2
 import numpy as np
 import pytest
-from dali_oracle import assert_close
+from oracle import assert_close, run_op
 
 from stoker import types
 from stoker.operators.image.geometry import resize_plan
@@ -30,9 +30,9 @@ SIZE_CASES = [
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", SIZE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_output_sizes_match_dali(case, run_dali):
+def test_output_sizes_match_dali(case):
     batch = [np.zeros((h, w, 1), np.uint8) for h, w in SHAPES]
-    theirs = [t.shape[:2] for t in run_dali("resize", batch, **case)]
+    theirs = [t.shape[:2] for t in run_op("dali", "resize", batch, **case)]
     for (h, w), want in zip(SHAPES, theirs):
         req = case.get("size") or (case.get("resize_y", 0), case.get("resize_x", 0))
         ms = case.get("max_size")
@@ -64,9 +64,9 @@ PIXEL_CASES = [
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", PIXEL_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_pixels_match_dali(case, images, run_stoker, run_dali):
+def test_pixels_match_dali(case, images):
     batch = [images["rgb_odd"], images["noise"], images["gray"], images["tall"]]
-    ours, theirs = run_stoker("resize", batch, **case), run_dali("resize", batch, **case)
+    ours, theirs = run_op("stoker", "resize", batch, **case), run_op("dali", "resize", batch, **case)
     gauss = case.get("interp_type") == types.INTERP_GAUSSIAN
     # within rounding: 1 level (the linear fast path keeps its intermediate in 8 bits, hence the mean);
     # gaussian: 2 (DALI tabulates the filter)
@@ -74,20 +74,20 @@ def test_pixels_match_dali(case, images, run_stoker, run_dali):
 
 
 @pytest.mark.oracle
-def test_training_size_and_per_sample_args(images, run_stoker, run_dali):
+def test_training_size_and_per_sample_args(images):
     batch = [images["rgb"], images["rgb_odd"], images["gray"]]
     per_sample = {"resize_x": [np.float32(224), np.float32(31), np.float32(100)],
                   "resize_y": [np.float32(224), np.float32(0), np.float32(17)]}
-    ours = run_stoker("resize", batch, per_sample=per_sample)
-    theirs = run_dali("resize", batch, per_sample=per_sample)
+    ours = run_op("stoker", "resize", batch, per_sample=per_sample)
+    theirs = run_op("dali", "resize", batch, per_sample=per_sample)
     assert_close(ours, theirs, mean_tol=0.2, max_tol=1)
 
 
 @pytest.mark.oracle
-def test_random_resized_crop_matches_dali_shapes_and_range(images, run_stoker, run_dali):
+def test_random_resized_crop_matches_dali_shapes_and_range(images):
     batch = [images["rgb"], images["rgb_odd"], images["gray"]]
-    ours = run_stoker("random_resized_crop", batch, size=(64, 48))
-    theirs = run_dali("random_resized_crop", batch, size=(64, 48))
+    ours = run_op("stoker", "random_resized_crop", batch, size=(64, 48))
+    theirs = run_op("dali", "random_resized_crop", batch, size=(64, 48))
     for a, b, src in zip(ours, theirs, batch):
         assert a.shape == b.shape == (64, 48, src.shape[2]) and a.dtype == b.dtype == np.uint8
         assert src.min() <= a.min() and a.max() <= src.max()
@@ -97,13 +97,13 @@ def test_random_resized_crop_matches_dali_shapes_and_range(images, run_stoker, r
 @pytest.mark.parametrize("filters", [dict(interp_type=types.INTERP_NN),
                                      dict(interp_type=types.INTERP_NN, min_filter=types.INTERP_LINEAR),
                                      dict(mag_filter=types.INTERP_NN)], ids=str)
-def test_random_resized_crop_filters_follow_interp_type(filters, images, run_stoker, run_dali):
+def test_random_resized_crop_filters_follow_interp_type(filters, images):
     """With the window fixed to the whole image, the pixels show which filter shrinks / enlarges."""
     img = images["rgb_odd"]
     ratio = img.shape[1] / img.shape[0]
     kw = dict(size=(30, 250), random_area=[1.0, 1.0], random_aspect_ratio=[ratio, ratio], **filters)
-    assert_close(run_stoker("random_resized_crop", [img], **kw), run_dali("random_resized_crop", [img], **kw),
-                 mean_tol=0.25, max_tol=1, what=str(filters))
+    assert_close(run_op("stoker", "random_resized_crop", [img], **kw),
+                 run_op("dali", "random_resized_crop", [img], **kw), mean_tol=0.25, max_tol=1, what=str(filters))
 
 
 def test_random_resized_crop_is_a_resized_window(images):
@@ -175,17 +175,18 @@ def test_resize_speed_vs_opencv(images, capsys):
     ("FHWC", (3, 20, 30, 3), dict(size=(11, 17))),
     ("HWC", (20, 30, 5), dict(size=(11, 47))),
 ])
-def test_volumes_frames_and_many_channels(layout, shape, case, run_stoker, run_dali):
+def test_volumes_frames_and_many_channels(layout, shape, case):
     vol = np.random.default_rng(1).integers(0, 256, shape, np.uint8)
-    assert_close(run_stoker("resize", [vol], layout, **case), run_dali("resize", [vol], layout, **case), 0.25, 1)
+    assert_close(run_op("stoker", "resize", [vol], layout, **case),
+                 run_op("dali", "resize", [vol], layout, **case), 0.25, 1)
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(size=(3, 4), resize_x=5), dict(resize_shorter=3, size=(4, 4))])
-def test_exactly_one_way_to_give_the_size(kwargs, images, run_stoker):
+def test_exactly_one_way_to_give_the_size(kwargs, images):
     from stoker.errors import StokerError
 
     with pytest.raises(StokerError, match="exactly one way"):
-        run_stoker("resize", [images["gray"]], **kwargs)
+        run_op("stoker", "resize", [images["gray"]], **kwargs)
 
 
 def test_resize_shorter_as_argument_input_builds_and_applies_per_sample():
@@ -222,14 +223,14 @@ def _nn_batch():
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", NN_EXACT_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_nearest_neighbour_picks_dali_source_pixels_exactly(case, run_stoker, run_dali):
+def test_nearest_neighbour_picks_dali_source_pixels_exactly(case):
     """INTERP_NN takes exactly DALI's source pixels, also where a pixel centre maps onto a boundary
     between two source pixels (resize_shorter=50 of a 100-row image: 1.6 source rows per output
     row), where the float32 rounding of DALI's row stepping decides; photos differed by whole
     levels there (issue 19 measured a mean of 0.35 and a 99th percentile of 12 before)."""
     batch = _nn_batch()
     args = dict(case, interp_type=types.INTERP_NN)
-    ours, theirs = run_stoker("resize", batch, **args), run_dali("resize", batch, **args)
+    ours, theirs = run_op("stoker", "resize", batch, **args), run_op("dali", "resize", batch, **args)
     for o, t in zip(ours, theirs):
         assert o.shape == t.shape
         np.testing.assert_array_equal(o, t, err_msg=str(case))
@@ -237,14 +238,14 @@ def test_nearest_neighbour_picks_dali_source_pixels_exactly(case, run_stoker, ru
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", NN_ROI_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_nearest_neighbour_with_regions_differs_from_dali_at_most_on_one_boundary_line(case, run_stoker, run_dali):
+def test_nearest_neighbour_with_regions_differs_from_dali_at_most_on_one_boundary_line(case):
     """With a region (or resize_longer's computed extent), DALI derives the source interval in its
     own float32 steps, and a pixel centre that lands exactly on a boundary may still go the other
     way: at most one output row and one output column of a sample take the neighbouring source
     line (a known gap: matching DALI's region arithmetic operation for operation)."""
     batch = _nn_batch()
     args = dict(case, interp_type=types.INTERP_NN)
-    ours, theirs = run_stoker("resize", batch, **args), run_dali("resize", batch, **args)
+    ours, theirs = run_op("stoker", "resize", batch, **args), run_op("dali", "resize", batch, **args)
     for o, t in zip(ours, theirs):
         assert o.shape == t.shape
         diff = np.asarray(o) != np.asarray(t)

@@ -6,6 +6,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+from oracle import run_op
 
 from stoker import settings, types
 from stoker.operators.image import resample as rs
@@ -114,13 +115,13 @@ def test_torch_path_declines_what_it_cannot_do():
 
 @pytest.mark.parametrize("mirror", [0, 1])
 @pytest.mark.parametrize("dtype", [types.FLOAT, types.FLOAT16])
-def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype, run_stoker):
+def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype):
     """The OpenCV plane path (uint8 HWC -> float CHW) against a direct NumPy formula, with a crop
     (a strided view) and per-channel mean/std."""
     rng = np.random.default_rng(mirror)
     batch = [rng.integers(0, 256, (37, 53, 3), np.uint8), rng.integers(0, 256, (20, 20, 1), np.uint8)]
     mean, std = [10.0, 120.5, 250.0], [58.4, 1.5, 3.0]
-    out = run_stoker("crop_mirror_normalize", batch[:1], crop=(30, 41), mean=mean, std=std, mirror=mirror,
+    out = run_op("stoker", "crop_mirror_normalize", batch[:1], crop=(30, 41), mean=mean, std=std, mirror=mirror,
                      dtype=dtype)
     img = batch[0][4:34, 6:47].astype(np.float64)  # centre crop: 0.5 * (37 - 30) rounds away from 0
     if mirror:
@@ -129,7 +130,7 @@ def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype, run_stoker):
     tol = 1e-4 if dtype == types.FLOAT else 2e-3 * np.abs(want).max()
     assert out[0].shape == (3, 30, 41)
     np.testing.assert_allclose(out[0].astype(np.float64), want, atol=tol, rtol=1e-3)
-    gray = run_stoker("crop_mirror_normalize", batch[1:], mean=[5.0], std=[2.0], mirror=mirror)
+    gray = run_op("stoker", "crop_mirror_normalize", batch[1:], mean=[5.0], std=[2.0], mirror=mirror)
     want_g = (batch[1].astype(np.float64)[:, ::-1] if mirror else batch[1]) - 5.0
     np.testing.assert_allclose(gray[0][0], want_g[:, :, 0] / 2.0, atol=1e-5)
 
@@ -138,11 +139,11 @@ def test_crop_mirror_normalize_planes_match_numpy(mirror, dtype, run_stoker):
 @pytest.mark.usefixtures("torch_resize")
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", [dict(resize_x=224, resize_y=224), dict(resize_shorter=256), dict(size=(100, 333))])
-def test_training_sizes_match_dali(case, run_stoker, run_dali):
+def test_training_sizes_match_dali(case):
     """The benchmark's resizes on noise at ImageNet-like sizes (the torch and torch + Pillow paths)."""
     rng = np.random.default_rng(11)
     batch = [rng.integers(0, 256, s, np.uint8) for s in [(316, 300, 3), (457, 471, 3), (375, 500, 3), (97, 230, 3)]]
-    ours, theirs = run_stoker("resize", batch, **case), run_dali("resize", batch, **case)
+    ours, theirs = run_op("stoker", "resize", batch, **case), run_op("dali", "resize", batch, **case)
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape
         worst, mean = _diff(a, b)

@@ -9,6 +9,7 @@ scales and ends: ``geometry.resize_plan``) and the positions as DALI's CPU kerne
 
 import numpy as np
 import pytest
+from oracle import run_op
 
 from stoker import types
 from stoker.operators.image.geometry import resize_plan
@@ -42,9 +43,9 @@ def photos():
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_nn_pixels_equal_dali(case, photos, run_stoker, run_dali):
-    ours = run_stoker("resize", photos, interp_type=NN, **case)
-    theirs = run_dali("resize", photos, interp_type=NN, **case)
+def test_nn_pixels_equal_dali(case, photos):
+    ours = run_op("stoker", "resize", photos, interp_type=NN, **case)
+    theirs = run_op("dali", "resize", photos, interp_type=NN, **case)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a.shape == b.shape, f"sample {i} {SHAPES[i]}"
         np.testing.assert_array_equal(a, b, err_msg=f"sample {i} {SHAPES[i]}")
@@ -61,12 +62,12 @@ VOLUME_CASES = [
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", VOLUME_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_nn_volumes_equal_dali(case, run_stoker, run_dali):
+def test_nn_volumes_equal_dali(case):
     """DHWC volumes; two given extents of three take the geometric mean of their scales."""
     rng = np.random.default_rng(5)
     vols = [rng.integers(0, 256, size=(*s, 2), dtype=np.uint8) for s in VOLUME_SHAPES]
-    ours = run_stoker("resize", vols, layout="DHWC", interp_type=NN, **case)
-    theirs = run_dali("resize", vols, layout="DHWC", interp_type=NN, **case)
+    ours = run_op("stoker", "resize", vols, layout="DHWC", interp_type=NN, **case)
+    theirs = run_op("dali", "resize", vols, layout="DHWC", interp_type=NN, **case)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a.shape == b.shape, f"volume {i}"
         np.testing.assert_array_equal(a, b, err_msg=f"volume {i}")

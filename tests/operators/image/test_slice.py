@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

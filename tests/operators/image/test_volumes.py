@@ -14,7 +14,7 @@ Tolerances, and why:
 
 import numpy as np
 import pytest
-from dali_oracle import run_graph, run_op
+from oracle import run_graph, run_op
 
 from stoker import types
 from stoker.errors import StokerError

@@ -6,7 +6,7 @@ within 1 level (OpenCV's 1/32-pixel fixed-point weights)."""
 import cv2
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

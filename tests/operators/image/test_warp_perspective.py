@@ -6,7 +6,7 @@ fixed-point weights), float images within 1e-3."""
 import cv2
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 from stoker.errors import StokerError  # noqa: E402
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dali_oracle import assert_same, check, run_graph
+from oracle import assert_same, check, run_graph
 
 from stoker import fn, pipeline_def  # noqa: E402
 from stoker.errors import StokerError  # noqa: E402

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from dali_oracle import run_graph
+from oracle import run_graph
 
 from stoker import fn, pipeline_def, types  # noqa: E402
 from stoker.errors import StokerError  # noqa: E402

@@ -4,34 +4,18 @@ the same reader with the same arguments, batch after batch, across epochs and sh
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-from stoker import fn as stoker_fn
-from stoker import pipeline_def as stoker_pipeline_def
-
-
-def _reader(fn, name):
-    for part in name.split("."):
-        fn = getattr(fn, part)
-    return fn
+from oracle import lookup, pipeline
 
 
 def make_pipe(lib: str, reader: str, batch_size: int, **kwargs):
-    """A built pipeline of one reader (named "R"), giving all its outputs."""
-    if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        fn, pipeline_def, threads = dali.fn, dali.pipeline_def, 1
-    else:
-        fn, pipeline_def, threads = stoker_fn, stoker_pipeline_def, 2
+    """A built pipeline of one reader (named "R"), giving all its outputs (tests/oracle.py:
+    DALI on one thread, stoker on two)."""
 
-    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=11)
-    def p():
-        out = _reader(fn, reader)(name="R", **kwargs)
+    def body(fn, types):
+        out = lookup(fn, reader)(name="R", **kwargs)
         return tuple(out) if isinstance(out, (list, tuple)) else out
 
-    pipe = p()
-    pipe.build()
-    return pipe
+    return pipeline(lib, body, batch_size, seed=11)
 
 
 def read(pipe, iterations: int, layouts: list | None = None) -> list:

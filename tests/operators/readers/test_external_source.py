@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pytest
+from oracle import libs
 
 import stoker
 from stoker import fn, ops, pipeline_def, types
@@ -15,11 +16,7 @@ BS = 2
 
 def make(api, source, **kwargs):
     """A one-output pipeline on the external source, for stoker or (api="dali") DALI."""
-    if api == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        pdef, fns = dali.pipeline_def, dali.fn
-    else:
-        pdef, fns = pipeline_def, fn
+    fns, pdef, _ = libs(api)
 
     @pdef(batch_size=BS, num_threads=1, device_id=None, prefetch_queue_depth=2, py_num_workers=2)
     def p():
@@ -179,11 +176,7 @@ def test_fed_data_is_copied_unless_no_copy():
 def test_default_blocking_and_copy_as_dali(lib, kw):
     """blocking=False and no_copy=False are the defaults (as in DALI): fed data comes back,
     copied at feed time; an iteration with nothing fed is an error, not a wait."""
-    if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        fn_, pdef = dali.fn, dali.pipeline_def
-    else:
-        fn_, pdef = fn, pipeline_def
+    fn_, pdef, _ = libs(lib)
 
     @pdef(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1)
     def p():

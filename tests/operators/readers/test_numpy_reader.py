@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from oracle import default_threads, libs
 
 from stoker import fn, ops, pipeline_def
 from stoker.errors import OperatorError, PipelineBuildError
@@ -40,14 +41,10 @@ def write_arrays(root, ndim, dtype, n=7, seed=0, fortran_every=2, sub=True, lo=2
 
 def run_pipe(lib, batch_size, iterations, extra_inputs=None, **reader_args):
     """Per iteration, [(array, source_info)] of readers.numpy (stoker or DALI's CPU reader)."""
-    if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        fn_, pdef = dali.fn, dali.pipeline_def
-    else:
-        fn_, pdef = fn, pipeline_def
+    fn_, pdef, _ = libs(lib)
     extra_inputs = extra_inputs or {}
 
-    @pdef(batch_size=batch_size, num_threads=1 if lib == "dali" else 2, device_id=None, seed=7)
+    @pdef(batch_size=batch_size, num_threads=default_threads(lib), device_id=None, seed=7)
     def p():
         args = dict(reader_args)
         for k, values in extra_inputs.items():

@@ -6,6 +6,7 @@ import os
 import cv2
 import numpy as np
 import pytest
+from oracle import default_threads, libs
 
 from stoker import fn, pipeline_def, types
 from stoker.errors import OperatorError, PipelineBuildError
@@ -28,13 +29,9 @@ def write_sequences(root, lengths=(("s1", 7), ("s0", 5), ("s2", 2), ("s3", 4)), 
 
 
 def run_pipe(lib, batch_size, iterations, **reader_args):
-    if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        fn_, pdef = dali.fn, dali.pipeline_def
-    else:
-        fn_, pdef = fn, pipeline_def
+    fn_, pdef, _ = libs(lib)
 
-    @pdef(batch_size=batch_size, num_threads=1 if lib == "dali" else 2, device_id=None)
+    @pdef(batch_size=batch_size, num_threads=default_threads(lib), device_id=None)
     def p():
         return fn_.readers.sequence(name="R", **reader_args)
 

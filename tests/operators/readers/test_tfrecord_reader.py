@@ -11,6 +11,7 @@ import struct
 
 import numpy as np
 import pytest
+from oracle import default_threads, libs
 
 from stoker import fn, pipeline_def
 from stoker import tfrecord as tfrec
@@ -65,17 +66,17 @@ def by_name(out, names):
 
 
 def make(lib, batch_size, seed=7, checkpoint=None, **args):
+    fn_, deco, _ = libs(lib)
     if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
         import nvidia.dali.tfrecord as tfr
 
-        fn_, deco, extra = dali.fn, dali.pipeline_def, {}
+        extra = {}
     else:
-        fn_, deco, tfr = fn, pipeline_def, tfrec
+        tfr = tfrec
         extra = dict(enable_checkpointing=True, checkpoint=checkpoint)
     feats = args.pop("features") if "features" in args else features(tfr)
 
-    @deco(batch_size=batch_size, num_threads=1 if lib == "dali" else 2, device_id=None, seed=seed, **extra)
+    @deco(batch_size=batch_size, num_threads=default_threads(lib), device_id=None, seed=seed, **extra)
     def p():
         out = by_name(fn_.readers.tfrecord(name="R", features=feats, **args), feats)
         return tuple(out[k] for k in feats)

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from oracle import default_threads, libs, to_dali
 
 from stoker import fn, pipeline_def, types
 from stoker.errors import OperatorError, PipelineBuildError
@@ -62,18 +63,15 @@ def _wds2idx(path, index):
 
 
 def make(lib, batch_size, checkpoint=None, seed=7, **args):
+    fn_, deco, _ = libs(lib)
     if lib == "dali":
-        dali = pytest.importorskip("nvidia.dali")
-        import nvidia.dali.types as dtypes
-
-        fn_, deco, extra = dali.fn, dali.pipeline_def, {}
+        extra = {}
         if "dtypes" in args:
-            args["dtypes"] = [getattr(dtypes, t.name) for t in args["dtypes"]]
+            args["dtypes"] = [to_dali(t) for t in args["dtypes"]]
     else:
-        fn_, deco = fn, pipeline_def
         extra = dict(enable_checkpointing=True, checkpoint=checkpoint)
 
-    @deco(batch_size=batch_size, num_threads=1 if lib == "dali" else 2, device_id=None, seed=seed, **extra)
+    @deco(batch_size=batch_size, num_threads=default_threads(lib), device_id=None, seed=seed, **extra)
     def p():
         out = fn_.readers.webdataset(name="R", **args)
         return tuple(out) if isinstance(out, (list, tuple)) else out

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from dali_oracle import check, run_graph
+from oracle import check, run_graph
 
 from stoker.errors import StokerError
 from stoker.operators.tensor.batch import draw_permutation

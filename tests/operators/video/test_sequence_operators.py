@@ -2,10 +2,9 @@
 with one set of random values per sample (not per frame); DALI's CPU operators on the same FHWC
 batches agree."""
 
-import warnings
-
 import numpy as np
 import pytest
+from oracle import CPU_CHECKS, Case, check_operator, run_case
 
 from stoker import fn, pipeline_def, types
 
@@ -23,46 +22,36 @@ def _clips(n=3, f=4, h=30, w=40, seed=0):
     return [rng.integers(0, 256, (f + k, h + 2 * k, w, 3), dtype=np.uint8) for k in range(n)]
 
 
-def _run(lib_fn, pipeline_def_, data, layout, op, kw):
-    @pipeline_def_(batch_size=len(data), num_threads=1, device_id=None)
-    def p():
-        x = lib_fn.external_source(source=lambda: data, batch=True, layout=layout)
-        return getattr(lib_fn, op)(x, **kw)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pipe = p()
-        pipe.build()
-        (out,) = pipe.run()
-    return [np.array(out[i]) for i in range(len(data))], out.layout()
+def _run(data, layout, op, kw):
+    (samples, out_layout), = run_case("stoker", op, Case(data, kw, layout=layout))
+    return samples, out_layout
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_frame_by_frame(op):
     clips = _clips()
-    got, layout = _run(fn, pipeline_def, clips, "FHWC", op, OPS[op])
+    got, layout = _run(clips, "FHWC", op, OPS[op])
     hwc_kw = dict(OPS[op])
     if op == "crop_mirror_normalize":
         hwc_kw["output_layout"] = "CHW"
     for clip, g in zip(clips, got):
-        frames, _ = _run(fn, pipeline_def, list(clip), "HWC", op, hwc_kw)
+        frames, _ = _run(list(clip), "HWC", op, hwc_kw)
         # (float outputs: the FHWC path may round its multiply-adds in another order, ~1e-7)
         np.testing.assert_allclose(g, np.stack(frames), rtol=0, atol=1e-5 if g.dtype.kind == "f" else 0)
     assert layout == ("FCHW" if op == "crop_mirror_normalize" else "FHWC")
 
 
+# DALI on the same FHWC batches: (mean, max) absolute difference allowed
+SEQUENCE_TOL = {"resize": (1, 1), "color_twist": (1, 1), "crop_mirror_normalize": (1e-4, 1e-4), "flip": 0}
+SEQUENCE_CASES = [(op, Case(_clips(seed=1), OPS[op], layout="FHWC", tol=SEQUENCE_TOL[op], id=op)) for op in sorted(OPS)]
+
+
 @pytest.mark.oracle
-@pytest.mark.parametrize("op", sorted(OPS))
-def test_matches_dali_on_sequences(op):
-    dali = pytest.importorskip("nvidia.dali")
-    clips = _clips(seed=1)
-    got, layout = _run(fn, pipeline_def, clips, "FHWC", op, OPS[op])
-    want, dlayout = _run(dali.fn, dali.pipeline_def, clips, "FHWC", op, OPS[op])
-    assert layout == dlayout
-    tol = {"resize": 1, "color_twist": 1, "crop_mirror_normalize": 1e-4, "flip": 0}[op]
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        assert np.abs(g.astype(np.float64) - w).max() <= tol
+@pytest.mark.parametrize("op, case", SEQUENCE_CASES, ids=[op for op, _ in SEQUENCE_CASES])
+@pytest.mark.parametrize("check", CPU_CHECKS)
+def test_sequences_check_operator(op, case, check):
+    """FHWC sequences: DALI, 1 thread vs 4, pipeline vs eager."""
+    check_operator(op, case, [check])
 
 
 def test_random_values_are_per_sample_not_per_frame():
