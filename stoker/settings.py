@@ -176,6 +176,11 @@ class Settings:
         "files on the CPU, which refuses them (readers.file's I/O process does the check). It costs the GPU "
         "training pipeline about half its speed on an H100 (the I/O process is the limit), so auto turns it on "
         "only under on_error='skip' or 'substitute'.")
+    jpeg_entropy_check: Setting[bool | None] = Setting(
+        None, _or_auto(FLAG), "Mixed decoders with strict on also read the Huffman data of each JPEG bound for the "
+        "GPU (libjpeg-turbo at 1/8 scale, stopping at its first warning) and decode damaged files on the CPU, which "
+        "refuses them: 60-70 % of a CPU decode's time a file (0.6-0.9 ms for 500x375), on the pipeline's threads. "
+        "auto: wherever jpeg_structure_check is on.")
     reader_process: Setting[bool | None] = Setting(
         None, _or_auto(FLAG), "readers.file reads files in a helper process; auto: with 4+ pipeline threads "
         "on Linux.")

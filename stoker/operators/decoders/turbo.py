@@ -31,7 +31,9 @@ show; OpenCV only prints those warnings and returns the damaged pixels. The
 pixels of a clean file equal OpenCV's (the same libjpeg-turbo code, default
 settings; checked in the tests), at the same speed (see benchmarks/RESULTS.md,
 "strict decoding"). Progressive files with more than 500 scans are refused
-(``TJPARAM_SCANLIMIT``, libjpeg-turbo's advice against scan-flooding files).
+(``TJPARAM_SCANLIMIT``, libjpeg-turbo's advice against scan-flooding files). The mixed decoders'
+entropy check reads a file the same way at 1/8 scale, without keeping the pixels
+(:func:`entropy_problem`).
 
 Progressive and grayscale files are decoded over the full width from the top down
 to the window's last row, then cut: libjpeg-turbo's column cropping and row
@@ -52,11 +54,12 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "decode_window", "decode_full", "decode_scaled", "JPEGDataError"]
+__all__ = ["available", "decode_window", "decode_full", "decode_scaled", "entropy_problem", "JPEGDataError"]
 
 _TJINIT_DECOMPRESS = 1
 _TJPARAM_STOPONWARNING, _TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 0, 4, 5, 6
-_TJPARAM_PROGRESSIVE, _TJPARAM_SCANLIMIT = 12, 13
+_TJPARAM_PROGRESSIVE, _TJPARAM_SCANLIMIT, _TJPARAM_COLORSPACE = 12, 13, 8
+_TJCS_CMYK, _TJCS_YCCK = 3, 4
 _TJERR_WARNING = 0
 _TJPF_RGB, _TJPF_BGR, _TJPF_GRAY, _TJPF_CMYK = 0, 1, 6, 11
 _PIXEL_FORMATS = {"rgb": (_TJPF_RGB, 3), "bgr": (_TJPF_BGR, 3), "gray": (_TJPF_GRAY, 1), "cmyk": (_TJPF_CMYK, 4)}
@@ -77,6 +80,7 @@ class _Scale(ctypes.Structure):
 
 _UNCROPPED = _Region(0, 0, 0, 0)
 _UNSCALED = _Scale(1, 1)
+_EIGHTH = _Scale(1, 8)
 
 
 class JPEGDataError(ValueError):
@@ -218,6 +222,44 @@ def decode_full(buf: np.ndarray, pixel_format: str, expect: tuple[int, int] | No
     if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, pf) != 0:
         return _failure(quick, h)
     return out
+
+
+def entropy_problem(buf: np.ndarray) -> str | None:
+    """libjpeg's first warning (or error) while reading all of a JPEG's entropy-coded data, as a
+    strict decode would; None when it reads clean, or without the library. For the mixed decoders'
+    entropy check (:mod:`stoker.backend.jpeg_entropy_check`).
+
+    How: a decode at 1/8 scale into gray (CMYK for 4-component files, which have no gray output).
+    DCT scaling makes each 8x8 block one pixel from its DC coefficient, so the inverse DCT, upsampling
+    and colour conversion cost next to nothing, but every block's Huffman codes must still be read
+    to find the next one, through the same decoder, marker reader and end-of-file checks as a full
+    decode: it warns on exactly the files the full decode warns on (benchmarks/jpeg_entropy_check_cost.py
+    compares them on damaged files), at about 60 % of its time (entropy decoding is the rest)."""
+    h = _handle()
+    if h is None:
+        return None
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    ptr, size = buf.ctypes.data, buf.size
+    quick = _state["quick"]
+    if quick.tj3DecompressHeader(h, ptr, size) != 0 or quick.tj3SetScalingFactor(h, _EIGHTH) != 0 or \
+            quick.tj3SetCroppingRegion(h, _UNCROPPED) != 0:
+        return _problem(quick, h)
+    cmyk = quick.tj3Get(h, _TJPARAM_COLORSPACE) in (_TJCS_CMYK, _TJCS_YCCK)
+    need = -(-quick.tj3Get(h, _TJPARAM_JPEGWIDTH) // 8) * -(-quick.tj3Get(h, _TJPARAM_JPEGHEIGHT) // 8) * 4
+    out = getattr(_local, "eighth", None)
+    if out is None or out.size < need:  # (reused: a fresh buffer per file costs page faults)
+        out = _local.eighth = np.empty(max(need, 1 << 16), np.uint8)
+    if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data, 0, _TJPF_CMYK if cmyk else _TJPF_GRAY) != 0:
+        return _problem(quick, h)
+    return None
+
+
+def _problem(quick, h) -> str:
+    """The message of a failed call (the handle is replaced, see _failure)."""
+    message = (quick.tj3GetErrorStr(h) or b"").decode("utf-8", "replace").strip()
+    _local.handle = None
+    return message or "libjpeg failed without a message"
 
 
 def _failure(quick, h) -> None:

@@ -136,22 +136,31 @@ def cpu_one(op, kind, batch, enc, heads, wins, arg_inputs, gray, i):
 def strict_sound(op, arrays, idx: list, hints=None, batch=None) -> list:
     """The samples of ``idx`` that may decode on the GPU as far as ``strict`` is concerned: all of
     them when the decoder's ``strict`` is off; else those whose JPEG structure passes
-    :func:`stoker.backend.jpeg_scan_check.scan_problem`. Why: the GPU decoders turn damaged
-    entropy-coded data into garbage pixels without a word, so a file with a broken marker
-    structure goes to the CPU decoder, which (strict) fails it with its name, as on device='cpu'.
-    ``hints``: the batch's frame hints; readers.file's I/O process adds the check's result as a
-    seventh column, so that the pipeline's process spends nothing on it."""
+    :func:`stoker.backend.jpeg_scan_check.scan_problem` and, where the entropy check runs, whose
+    Huffman data libjpeg reads without a warning (:mod:`stoker.backend.jpeg_entropy_check`). Why:
+    the GPU decoders turn damaged entropy-coded data into garbage pixels without a word, so a
+    flagged file goes to the CPU decoder, which (strict) fails it with its name, as on device='cpu'.
+    ``hints``: the batch's frame hints; readers.file's I/O process adds the structure check's result
+    as a seventh column, so that the pipeline's process spends nothing on it. The entropy check runs
+    on ``batch.pool`` (its library call releases the GIL), on the files the structure check passed."""
+    from stoker.backend.jpeg_entropy_check import entropy_check_wanted
     from stoker.backend.jpeg_scan_check import structure_check_wanted
 
-    if not idx or not structure_check_wanted(getattr(op, "strict", False), getattr(batch, "on_error", None)):
-        return idx
-    if hints is not None and np.ndim(hints) == 2 and np.shape(hints)[1] > 6 and len(hints) == len(arrays):
-        bad = np.asarray(hints)[idx, 6] != 0
-    else:
-        from stoker.backend.jpeg_scan_check import damaged
+    strict, on_error = getattr(op, "strict", False), getattr(batch, "on_error", None)
+    if idx and structure_check_wanted(strict, on_error):
+        if hints is not None and np.ndim(hints) == 2 and np.shape(hints)[1] > 6 and len(hints) == len(arrays):
+            bad = np.asarray(hints)[idx, 6] != 0
+        else:
+            from stoker.backend.jpeg_scan_check import damaged
 
-        bad = damaged(arrays, idx)
-    return [i for i, b in zip(idx, bad.tolist()) if not b]
+            bad = damaged(arrays, idx)
+        idx = [i for i, b in zip(idx, bad.tolist()) if not b]
+    if idx and entropy_check_wanted(strict, on_error):
+        from stoker.backend.jpeg_entropy_check import damaged as entropy_damaged
+
+        bad = entropy_damaged(arrays, idx, getattr(batch, "pool", None))
+        idx = [i for i, b in zip(idx, bad.tolist()) if not b]
+    return idx
 
 
 def frame_hints(data):
