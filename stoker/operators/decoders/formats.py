@@ -199,6 +199,12 @@ def _pillow_open(data, fmt: str):
 def _pillow_info(data, fmt: str) -> ImageInfo:
     from PIL import Image
 
+    if fmt == WEBP:
+        # WebP's header says it all (size, alpha, orientation), and Pillow's WebP plugin decodes the
+        # file with libwebp while opening it, checking the size in ways that change between Pillow
+        # versions (a bomb's canvas: DecompressionBombError in one, "corrupt" in another).
+        size = claimed_size(data, fmt)
+        return ImageInfo(fmt, size.height, size.width, _webp_channels(data), _webp_orientation(data))
     try:
         with _pillow_open(data, fmt) as im:
             w, h = im.size
@@ -207,12 +213,8 @@ def _pillow_info(data, fmt: str) -> ImageInfo:
             if mode == "P" and "transparency" in im.info:
                 channels = 4
             depth = 16 if mode.startswith("I;16") or mode == "I" else 8
-    except Image.DecompressionBombError as e:
-        if fmt != WEBP:  # (the other plugins leave the check to Image.open, which is bypassed)
-            raise ImageFormatError(f"{fmt.upper()} header: {e}") from None
-        # Pillow's WebP plugin checks the size itself while opening: the header answers instead.
-        size = claimed_size(data, fmt)
-        return ImageInfo(fmt, size.height, size.width, _webp_channels(data), _webp_orientation(data))
+    except Image.DecompressionBombError as e:  # (the plugins leave the check to Image.open, bypassed here)
+        raise ImageFormatError(f"{fmt.upper()} header: {e}") from None
     except Exception as e:  # Pillow's parsers raise many types on hostile headers
         # (KeyError, TypeError, ZeroDivisionError, EOFError ... besides OSError): all mean "unreadable".
         raise ImageFormatError(f"corrupt {fmt.upper()} header: {e or type(e).__name__}") from None
@@ -221,8 +223,6 @@ def _pillow_info(data, fmt: str) -> ImageInfo:
         orientation = exif_orientation(bytes(data))
         if orientation >= 5:  # Pillow reports a TIFF's size after its orientation; we keep stored sizes
             w, h = h, w
-    elif fmt == WEBP:
-        orientation = _webp_orientation(data)
     return ImageInfo(fmt, h, w, channels, orientation, depth)
 
 
