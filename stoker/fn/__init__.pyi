@@ -213,7 +213,7 @@ def coord_flip(*inputs: Any, layout: Any = ..., flip_x: Any = ..., flip_y: Any =
 def coord_transform(*inputs: Any, M: Any = ..., T: Any = ..., MT: Any = ..., dtype: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
     """Applies an affine map to points: out = M @ x + T.
 
-    Transforms points (N, in_dim) by out = M x + T. M is a scalar (a uniform scale), or out_dim*in_dim values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1).
+    Transforms points (N, in_dim) by out = M x + T. M is a scalar (a uniform scale), or out_dim*in_dim values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1). M, T and MT may be per frame (fn.per_frame): each frame of a sequence of points (layout starting with 'F') uses its own; points that are not a sequence are transformed by every frame's matrix, giving a sequence (F, ..., out_dim).
 
     Devices: cpu.
 
@@ -1006,7 +1006,7 @@ def resize(*inputs: Any, resize_x: Any = ..., resize_y: Any = ..., resize_z: Any
 def rotate(*inputs: Any, angle: Any = ..., axis: Any = ..., keep_size: Any = ..., size: Any = ..., fill_value: Any = ..., interp_type: Any = ..., dtype: Any = ..., output_dtype: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
     """Rotates each image by ``angle`` degrees (per-sample tensor allowed).
 
-    Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value (or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by frame onto one canvas; angle may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input without a layout) rotate about axis (x, y, z), right-hand rule, as DALI; size is then (D, H, W).
+    Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value (or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by frame onto one canvas; angle and axis may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input without a layout) rotate about axis (x, y, z), right-hand rule, as DALI; size is then (D, H, W).
 
     Devices: cpu, gpu.
 
@@ -1159,7 +1159,7 @@ class _transforms:
     def combine(*inputs: Any, reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Composes several affine transforms into one.
 
-        Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the inputs in the order given (reverse_order=True: the opposite order).
+        Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the inputs in the order given (reverse_order=True: the opposite order). Inputs may be sequences of matrices (F**, e.g. from per-frame arguments): the sequences must have the same frame count, the other inputs apply to every frame, and the output is a sequence (F**).
 
         Devices: cpu.
 
@@ -1169,7 +1169,7 @@ class _transforms:
     def crop(*inputs: Any, from_start: Any = ..., from_end: Any = ..., to_start: Any = ..., to_end: Any = ..., absolute: Any = ..., reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Maps one box onto another.
 
-        Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension).
+        Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension). Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the output is then one matrix per frame (F, ndim, ndim + 1), layout F**.
 
         Devices: cpu.
 
@@ -1184,7 +1184,7 @@ class _transforms:
     def rotation(*inputs: Any, angle: Any = ..., axis: Any = ..., center: Any = ..., reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Rotation by ``angle`` degrees (around ``axis`` in 3D).
 
-        Produces a rotation matrix: 2D without ``axis``, 3D around ``axis``; ``angle`` in degrees, counter-clockwise; ``center`` stays in place.
+        Produces a rotation matrix: 2D without ``axis``, 3D around ``axis``; ``angle`` in degrees, counter-clockwise; ``center`` stays in place. Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the output is then one matrix per frame (F, ndim, ndim + 1), layout F**.
 
         Devices: cpu.
 
@@ -1197,7 +1197,7 @@ class _transforms:
     def scale(*inputs: Any, scale: Any = ..., center: Any = ..., ndim: Any = ..., reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Scaling by ``scale`` around ``center``.
 
-        Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place.
+        Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place. Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the output is then one matrix per frame (F, ndim, ndim + 1), layout F**.
 
         Devices: cpu.
 
@@ -1210,7 +1210,7 @@ class _transforms:
     def shear(*inputs: Any, shear: Any = ..., angles: Any = ..., center: Any = ..., reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Shear by factors or angles.
 
-        Produces a shear matrix. 2D: shear = [s_xy, s_yx]; 3D: [s_xy, s_xz, s_yx, s_yz, s_zx, s_zy], where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle).
+        Produces a shear matrix. 2D: shear = [s_xy, s_yx]; 3D: [s_xy, s_xz, s_yx, s_yz, s_zx, s_zy], where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle). Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the output is then one matrix per frame (F, ndim, ndim + 1), layout F**.
 
         Devices: cpu.
 
@@ -1223,7 +1223,7 @@ class _transforms:
     def translation(*inputs: Any, offset: Any = ..., reverse_order: Any = ..., device: str = ..., name: str = ..., **kwargs: Any) -> Any:
         """Translation by ``offset``.
 
-        Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``.
+        Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``. Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the output is then one matrix per frame (F, ndim, ndim + 1), layout F**.
 
         Devices: cpu.
 

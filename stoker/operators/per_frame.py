@@ -21,7 +21,10 @@ the argument's own checks, splits the sequence into frames, runs the
 operator's ``run_sample`` on each frame with that frame's values and stacks
 the results. An argument input that is an ``F``-layout batch from another
 operator (DALI accepts e.g. ``fn.reshape(x, layout="F")`` too) is not
-recognised: pass it through ``fn.per_frame``.
+recognised: pass it through ``fn.per_frame``. The exception: the sequences that
+operators decorated with ``expand`` make (``transforms.*`` with per-frame
+arguments, ``transforms.combine`` of sequences, ``coord_transform``) come out
+tagged, so a sequence of matrices feeds e.g. ``warp_affine``'s ``matrix`` as in DALI.
 """
 
 from __future__ import annotations
@@ -88,20 +91,26 @@ def _frame_layout(args: dict) -> tuple[str | None, str]:
     return None, ""
 
 
-def frame_args(*names: str, split_sequences: bool = False, common=None):
+def frame_args(*names: str, split_sequences: bool = False, common=None, expand: bool = False):
     """Class decorator: the operator accepts per-frame values (``fn.per_frame``) for ``names``.
 
     The operator must see its input's layout (``LayoutAware``, or a run_cpu that adds
-    ``_layout``). With ``split_sequences`` an ``F...`` input is processed frame by frame
-    even without per-frame arguments (for operators whose ``run_sample`` takes single
-    images only). ``common(op, frames, frame_args)`` may return argument updates that apply
-    to every frame (e.g. one output size for the whole sequence).
+    ``_layout``; with ``expand`` the decorator adds it). With ``split_sequences`` an ``F...``
+    input is processed frame by frame even without per-frame arguments (for operators whose
+    ``run_sample`` takes single items only). ``common(op, frames, frame_args)`` may return
+    argument updates that apply to every frame (e.g. one output size for the whole sequence).
+
+    ``expand`` is for operators whose per-frame arguments make sequences by themselves (DALI's
+    ``transforms.*`` and ``coord_transform``): without a sequence input (or without any input)
+    the frame count comes from the per-frame arguments, the input is used for every frame, and
+    the output layout gets a leading ``F`` (``"**"`` -> ``"F**"``).
     """
     allowed = frozenset(names)
 
     def deco(cls):
         plain_sample_args = cls.sample_args
         plain_run = cls.run_sample
+        plain_run_cpu = cls.run_cpu
 
         def sample_args(self, arg_inputs, i):
             framed = {k: v[i] for k, v in arg_inputs.items() if isinstance(v[i], FrameArray)}
@@ -122,41 +131,90 @@ def frame_args(*names: str, split_sequences: bool = False, common=None):
             key, layout = _frame_layout(args)
             if not framed and not (split_sequences and layout.startswith("F")):
                 return plain_run(self, inputs, args, ctx)
-            return _run_frames(self, plain_run, inputs, args, ctx, framed, key, layout, common)
+            return _run_frames(self, plain_run, inputs, args, ctx, framed, key, layout, common, expand)
+
+        def run_cpu(self, batch, inputs, arg_inputs):
+            layout = inputs[0].layout() if inputs else ""
+            if not (layout.startswith("F") or has_frame_values(arg_inputs)):
+                return plain_run_cpu(self, batch, inputs, arg_inputs)
+            n = len(inputs[0]) if inputs else batch.batch_size
+            outs = plain_run_cpu(self, batch, inputs, {**arg_inputs, "_layout": [layout] * n})
+            return [frame_tagged(out) for out in outs]
 
         cls.sample_args = sample_args
         cls.run_sample = run_sample
+        if expand:
+            cls.run_cpu = run_cpu
         cls.per_frame_args = allowed
         return cls
 
     return deco
 
 
-def _run_frames(op, run, inputs, args, ctx, framed, key, layout, common):
-    seq = np.asarray(inputs[0])
-    if not layout.startswith("F"):
+def frame_tagged(out: TensorListCPU) -> TensorListCPU:
+    """``out``, a batch of sequences, relabelled ``F...`` (``"**"`` -> ``"F**"``; no layout stays
+    none, as DALI leaves it) with its samples tagged :class:`FrameArray`: DALI takes any argument
+    input with a leading ``F`` as per-frame values, so e.g. a ``transforms.rotation`` with a
+    per-frame angle can feed ``warp_affine``'s ``matrix`` without another ``fn.per_frame``."""
+    lay = out.layout()
+    if lay and not lay.startswith("F"):
+        out._layout = "F" + lay
+    if out.layout().startswith("F"):  # (without a layout DALI would not take them per frame either)
+        out._samples = [s.view(FrameArray) for s in out._samples]
+    return out
+
+
+def has_frame_values(arg_inputs: dict) -> bool:
+    """Whether any argument input holds per-frame values (``fn.per_frame``)."""
+    return any(FrameArray in set(map(type, v)) for v in arg_inputs.values())
+
+
+def _frame_count(op, framed: dict, inputs, seq_in: bool) -> int:
+    """Frames of one sample: the input sequence's, else (``expand``) the per-frame arguments'.
+    Each per-frame argument holds one value per frame or one for all."""
+    if seq_in:
+        n = np.shape(inputs[0])[0]
+        for k, vals in framed.items():
+            if len(vals) not in (1, n):
+                raise op.error(f"argument '{k}' has {len(vals)} per-frame values, but the sequence has {n} "
+                               "frames; give one value per frame (or one for all)")
+        return n
+    # DALI takes the count from one argument (the first by name) and wants 1 or that many in
+    # the others; the largest count is the same wherever DALI accepts the values.
+    counts = {k: len(vals) for k, vals in framed.items()}
+    most = max(counts, key=counts.get)
+    for k, c in counts.items():
+        if c == 0:
+            raise op.error(f"argument '{k}' has no per-frame values; a sequence needs at least one frame")
+        if c not in (1, counts[most]):
+            raise op.error(f"argument '{k}' has {c} per-frame values, but argument '{most}' has "
+                           f"{counts[most]}; give the same number of frames (or one value for all)")
+    return counts[most]
+
+
+def _run_frames(op, run, inputs, args, ctx, framed, key, layout, common, expand=False):
+    seq_in = bool(inputs) and layout.startswith("F")
+    if not seq_in and not expand:
         name = next(iter(framed))
         raise op.error(f"argument '{name}' holds per-frame values (fn.per_frame), but the input is not a "
                        f"sequence: its layout is {layout!r} (sequences have layouts starting with 'F', "
                        "e.g. 'FHWC')")
-    n = seq.shape[0]
-    for k, vals in framed.items():
-        if len(vals) not in (1, n):
-            raise op.error(f"argument '{k}' has {len(vals)} per-frame values, but the sequence has {n} "
-                           "frames; give one value per frame (or one for all)")
+    n = _frame_count(op, framed, inputs, seq_in)
+    seq = np.asarray(inputs[0]) if seq_in else None
     per_frame = []
     for f in range(n):
         fa = dict(args)
         for k, vals in framed.items():
             fa[k] = vals[f if len(vals) > 1 else 0]
-        if key is not None:
+        if key is not None and seq_in:
             fa[key] = layout[1:]
         per_frame.append(fa)
-    if common is not None and n:
+    if common is not None and n and seq_in:
         extra = common(op, seq, per_frame)
         for fa in per_frame:
             fa.update(extra)
-    outs = [run(op, (seq[f], *inputs[1:]), per_frame[f], ctx) for f in range(n)]
+    # a non-sequence input (expand) is the same for every frame
+    outs = [run(op, (seq[f], *inputs[1:]) if seq_in else inputs, per_frame[f], ctx) for f in range(n)]
     if not outs:
         return seq.copy()
     shapes = {o.shape for o in outs}

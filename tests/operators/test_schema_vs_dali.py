@@ -6,7 +6,9 @@ stoker operator that DALI also has, this module checks that
 (a) every non-deprecated DALI argument exists in stoker's schema,
 (b) arguments DALI accepts as per-sample tensors are ``tensor=True`` in stoker,
 (c) defaults agree where both sides have a plain value,
-(d) the number of positional inputs agrees.
+(d) the number of positional inputs agrees,
+(e) arguments DALI accepts per frame (``fn.per_frame``) are in the operator's ``per_frame_args``
+    (stoker may take more per frame than DALI).
 
 Known differences are listed below with the reason; an entry that no longer
 differs fails the test too, so the lists shrink as the gaps are closed.
@@ -79,6 +81,9 @@ DEFAULT_OK = {
     ("random_resized_crop", "mag_filter"): _FILTER,
     ("random_resized_crop", "min_filter"): _FILTER,
 }
+
+# (e) arguments DALI takes per frame that stoker takes only per sample.
+NOT_PER_FRAME_OK: dict[tuple[str, str], str] = {}
 
 # Argument kinds (stoker's converters) that take what DALI's argument types take.
 KINDS_FOR_DALI_TYPE = {
@@ -293,3 +298,19 @@ def test_input_counts_agree(name, schema):
         assert tuple(schema.inputs) != theirs, f"{name}: inputs agree now; drop it from INPUTS_OK"
         return
     assert tuple(schema.inputs) == theirs, f"{name}: stoker takes {schema.inputs} inputs, DALI {theirs}"
+
+
+def _not_per_frame(name, schema):
+    d = _dali(name)
+    ours = getattr(registered()[name], "per_frame_args", frozenset())
+    return {a for a in _visible_args(d) if d.ArgSupportsPerFrameInput(a) and schema.arg(a) is not None
+            and a not in ours}
+
+
+@pytest.mark.parametrize("name,schema", PAIRS)
+def test_per_frame_arguments_are_per_frame(name, schema):
+    bad = _not_per_frame(name, schema)
+    allowed = {a for (n, a) in NOT_PER_FRAME_OK if n == name}
+    assert not bad - allowed, f"{name}: DALI takes {sorted(bad - allowed)} per frame (fn.per_frame); stoker does not"
+    stale = allowed - bad
+    assert not stale, f"{name}: {sorted(stale)} are per-frame now; drop them from NOT_PER_FRAME_OK"

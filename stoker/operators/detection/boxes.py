@@ -7,6 +7,7 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
+from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import batch_of_arrays
 
@@ -146,6 +147,7 @@ class CoordFlip(Operator):
 
 
 @register
+@frame_args("M", "T", "MT", expand=True)
 class CoordTransform(Operator):
     """Applies an affine map to points: out = M @ x + T."""
 
@@ -153,7 +155,10 @@ class CoordTransform(Operator):
         name="coord_transform",
         legacy_name="CoordTransform",
         doc="Transforms points (N, in_dim) by out = M x + T. M is a scalar (a uniform scale), or out_dim*in_dim "
-            "values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1).",
+            "values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1). M, T "
+            "and MT may be per frame (fn.per_frame): each frame of a sequence of points (layout starting "
+            "with 'F') uses its own; points that are not a sequence are transformed by every frame's "
+            "matrix, giving a sequence (F, ..., out_dim).",
         args=[Arg("M", "float_list", None, tensor=True, doc="linear part (scalar or out_dim*in_dim values)"),
               Arg("T", "float_list", None, tensor=True, doc="translation (scalar or out_dim values)"),
               Arg("MT", "float_list", None, tensor=True, doc="M and T together: out_dim x (in_dim + 1)"),

@@ -3,6 +3,11 @@
 Each operator builds its own transform from (per-sample) arguments. With an
 input transform the result is ``own @ input`` (the input applies first) or,
 with ``reverse_order=True``, ``input @ own``.
+
+Sequences, as DALI makes them: the arguments DALI marks per-frame may be given through
+``fn.per_frame`` (see :mod:`stoker.operators.per_frame`, ``expand``), and the input may be a
+sequence of matrices (layout ``F**``); the output is then one matrix per frame, (F, ndim,
+ndim + 1) with layout ``F**``. A non-sequence input applies to every frame.
 """
 
 from __future__ import annotations
@@ -11,10 +16,20 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
+from stoker.operators.per_frame import frame_args, frame_tagged
 from stoker.operators.schema import Arg, Schema, register
+from stoker.tensors import TensorListCPU
 
 _REVERSE = Arg("reverse_order", "bool", False,
                doc="False: the input transform is applied first; True: this one is applied first")
+_SEQ_DOC = (" Arguments may be per frame (fn.per_frame), and the input a sequence of matrices (F**): the "
+            "output is then one matrix per frame (F, ndim, ndim + 1), layout F**.")
+
+
+def _per_frame(*names):
+    """:func:`frame_args` as the transforms take it: per-frame ``names`` make a sequence of
+    matrices; a sequence input (F**) is composed frame by frame."""
+    return frame_args(*names, split_sequences=True, expand=True)
 
 
 def _vals(op, name, value):
@@ -182,12 +197,13 @@ def _center_rows(op, arg_inputs, n, d):
 
 
 @register
+@_per_frame("offset")
 class Translation(_Transform):
     """Translation by ``offset``."""
 
     schema = Schema(
         name="transforms.translation",
-        doc="Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``.",
+        doc="Produces a translation matrix (ndim, ndim + 1) moving points by ``offset``." + _SEQ_DOC,
         args=[Arg("offset", "float_list", None, tensor=True, doc="translation vector (its length is ndim)"),
               _REVERSE],
         inputs=(0, 1),
@@ -206,12 +222,13 @@ class Translation(_Transform):
 
 
 @register
+@_per_frame("scale", "center")
 class Scale(_Transform):
     """Scaling by ``scale`` around ``center``."""
 
     schema = Schema(
         name="transforms.scale",
-        doc="Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place.",
+        doc="Produces a scaling matrix (ndim, ndim + 1); ``center`` stays in place." + _SEQ_DOC,
         args=[Arg("scale", "float_list", None, tensor=True, doc="scale factor per dimension"),
               Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
               Arg("ndim", "int", None, doc="dimensionality, needed when scale and center are scalars"),
@@ -271,13 +288,14 @@ def _rotation_3d(axis, rad):
 
 
 @register
+@_per_frame("angle", "axis", "center")
 class Rotation(_Transform):
     """Rotation by ``angle`` degrees (around ``axis`` in 3D)."""
 
     schema = Schema(
         name="transforms.rotation",
         doc="Produces a rotation matrix: 2D without ``axis``, 3D around ``axis``; ``angle`` in degrees, "
-            "counter-clockwise; ``center`` stays in place.",
+            "counter-clockwise; ``center`` stays in place." + _SEQ_DOC,
         args=[Arg("angle", "float", None, tensor=True, doc="angle in degrees"),
               Arg("axis", "float_list", None, tensor=True, doc="3D rotation axis (3 values)"),
               Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
@@ -312,13 +330,14 @@ class Rotation(_Transform):
 
 
 @register
+@_per_frame("shear", "angles", "center")
 class Shear(_Transform):
     """Shear by factors or angles."""
 
     schema = Schema(
         name="transforms.shear",
         doc="Produces a shear matrix. 2D: shear = [s_xy, s_yx]; 3D: [s_xy, s_xz, s_yx, s_yz, s_zx, s_zy], "
-            "where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle).",
+            "where s_ab moves coordinate a by s_ab * b. ``angles`` (degrees) give s = tan(angle)." + _SEQ_DOC,
         args=[Arg("shear", "float_list", None, tensor=True, doc="shear factors (2 or 6 values)"),
               Arg("angles", "float_list", None, tensor=True, doc="shear angles in degrees (2 or 6 values)"),
               Arg("center", "float_list", None, tensor=True, doc="point that stays fixed (default origin)"),
@@ -359,12 +378,14 @@ class Shear(_Transform):
 
 
 @register
+@_per_frame("from_start", "from_end", "to_start", "to_end")
 class CropTransform(_Transform):
     """Maps one box onto another."""
 
     schema = Schema(
         name="transforms.crop",
-        doc="Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension).",
+        doc="Produces the affine map of the box [from_start, from_end] onto [to_start, to_end] (per dimension)."
+            + _SEQ_DOC,
         args=[Arg("from_start", "float_list", None, tensor=True, doc="source box start (default 0)"),
               Arg("from_end", "float_list", None, tensor=True, doc="source box end (default 1)"),
               Arg("to_start", "float_list", None, tensor=True, doc="destination box start (default 0)"),
@@ -425,7 +446,9 @@ class Combine(Operator):
     schema = Schema(
         name="transforms.combine",
         doc="Combines two or more affine transforms (ndim, ndim + 1): applying the result equals applying the "
-            "inputs in the order given (reverse_order=True: the opposite order).",
+            "inputs in the order given (reverse_order=True: the opposite order). Inputs may be sequences of "
+            "matrices (F**, e.g. from per-frame arguments): the sequences must have the same frame count, the "
+            "other inputs apply to every frame, and the output is a sequence (F**).",
         args=[_REVERSE],
         inputs=(2, 99),  # DALI's limit
     )
@@ -441,9 +464,36 @@ class Combine(Operator):
             out = _compose(out, h) if self.args["reverse_order"] else _compose(h, out)
         return out[:n]
 
+    def run_cpu(self, batch, inputs, arg_inputs):
+        """:meth:`Operator.run_cpu`, or frame by frame where any input is a sequence (F**)."""
+        seq = [t.layout().startswith("F") for t in inputs]
+        if not any(seq):
+            return super().run_cpu(batch, inputs, arg_inputs)
+        samples = [t.samples() for t in inputs]
+        n = len(samples[0])
+        results = self.map_samples(batch, n, lambda i: self._frames([s[i] for s in samples], seq))
+        kept = [i for i in range(n) if results[i] is not None]
+        sources = [batch.source(i) for i in kept] if batch.sources else None
+        return [frame_tagged(TensorListCPU([results[i] for i in kept], "F**", sources))]
+
+    def _frames(self, mats, seq):
+        """One sample whose inputs include sequences: combined frame by frame (DALI's rule: the
+        sequences' frame counts must agree; the other inputs apply to every frame)."""
+        counts = [(k, np.shape(m)[0]) for k, (m, s) in enumerate(zip(mats, seq)) if s]
+        (k0, n0) = counts[0]
+        for k, c in counts[1:]:
+            if c != n0:
+                raise self.error(f"input {k0} has {n0} frames, but input {k} has {c}; "
+                                 "sequences combined must have the same number of frames")
+        if n0 == 0:
+            raise self.error(f"input {k0} is a sequence without frames")
+        outs = [self.run_sample(tuple(m[f] if s else m for m, s in zip(mats, seq)), self.args, None)
+                for f in range(n0)]
+        return np.stack(outs)
+
     def run_batch(self, batch, inputs, arg_inputs):
         # As _Transform.run_batch: the whole batch at once where the inputs stack.
-        if not inputs:
+        if not inputs or any(t.layout().startswith("F") for t in inputs):
             return None
         mats = [np.asarray(x.samples(), np.float64) for x in inputs]
         n, d = mats[0].shape[0], mats[0].shape[1]

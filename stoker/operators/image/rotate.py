@@ -13,7 +13,12 @@ from stoker.operators.image.crop import LayoutAware
 from stoker.operators.image.geometry import rotated_size, rotation_matrix
 from stoker.operators.image.resample import to_dtype
 from stoker.operators.image.warp_affine import is_volume, nearest_warp
-from stoker.operators.image.warp_volume import rotated_volume_size, rotation_volume_matrix, volume_warp
+from stoker.operators.image.warp_volume import (
+    rotated_volume_size,
+    rotation_3d,
+    rotation_volume_matrix,
+    volume_warp,
+)
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor.basic import convert
@@ -55,15 +60,38 @@ def sequence_rotated_size(height: int, width: int, angles) -> tuple[int, int]:
     return out[0], out[1]
 
 
+def sequence_rotated_volume_size(in_dhw, axes, angles) -> tuple[int, int, int]:
+    """One canvas (D, H, W) for all frames of a volume sequence, frame f rotated by ``angles[f]``
+    degrees about ``axes[f]``: DALI's rule of :func:`sequence_rotated_size` in 3D. Each extent
+    covers the largest frame's box (``ceil(|R| @ in - 0.01)``), then goes to odd where more than
+    half of the frames ask for odd (each frame the parity :func:`rotated_volume_size` gives it)."""
+    in_xyz = np.asarray(in_dhw[::-1], np.float32)
+    ext = np.zeros(3, np.int64)
+    odd = np.zeros(3, np.int64)
+    for axis, angle in zip(axes, angles):
+        box = np.ceil(np.abs(rotation_3d(axis, float(angle))) @ in_xyz - np.float32(0.01)).astype(np.int64)
+        ext = np.maximum(ext, box)
+        odd += np.asarray(rotated_volume_size(in_dhw, axis, float(angle))[::-1]) % 2
+    ext += (ext % 2) ^ (2 * odd > len(angles))
+    return int(ext[2]), int(ext[1]), int(ext[0])
+
+
 def _sequence_size(op, seq, frames) -> dict:
-    """The common canvas of a sequence's frames (see :func:`sequence_rotated_size`)."""
+    """The common canvas of a sequence's frames (see :func:`sequence_rotated_size`, and
+    :func:`sequence_rotated_volume_size` for volume sequences, FDHWC / FDHW)."""
     if op.args["keep_size"] or any(fa.get("size") is not None or fa.get("angle") is None for fa in frames):
         return {}
-    return {"size": list(sequence_rotated_size(seq.shape[1], seq.shape[2], [fa["angle"] for fa in frames]))}
+    angles = [float(np.asarray(fa["angle"]).reshape(-1)[0]) for fa in frames]
+    if is_volume(op.layout_of(frames[0]), seq.ndim - 1):
+        if any(fa.get("axis") is None for fa in frames):
+            return {}  # (volume_geometry says that axis is required)
+        axes = [np.asarray(fa["axis"], np.float64).reshape(-1) for fa in frames]
+        return {"size": list(sequence_rotated_volume_size(seq.shape[1:4], axes, angles))}
+    return {"size": list(sequence_rotated_size(seq.shape[1], seq.shape[2], angles))}
 
 
 @register
-@frame_args("angle", split_sequences=True, common=_sequence_size)
+@frame_args("angle", "axis", split_sequences=True, common=_sequence_size)
 class Rotate(LayoutAware):
     """Rotates each image by ``angle`` degrees (per-sample tensor allowed)."""
 
@@ -73,7 +101,7 @@ class Rotate(LayoutAware):
         doc="Rotates images counter-clockwise by angle degrees about their centre. The canvas grows to "
             "fit the rotated image unless keep_size=True or size is given; uncovered pixels get fill_value "
             "(or repeat the border when fill_value is not set). Sequences (FHWC) are rotated frame by "
-            "frame onto one canvas; angle may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input "
+            "frame onto one canvas; angle and axis may be per frame (fn.per_frame). Volumes (DHWC, DHW, or 4D input "
             "without a layout) rotate about axis (x, y, z), right-hand rule, as DALI; size is then (D, H, W).",
         args=[Arg("angle", "float", None, tensor=True, doc="rotation in degrees (required)"),
               Arg("axis", "float_list", None, tensor=True, doc="rotation axis (x, y, z); volumes only, required there"),
