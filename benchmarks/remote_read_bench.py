@@ -111,9 +111,9 @@ def main() -> None:
             proc, endpoint = start_seaweedfs(os.path.join(tmp, "weed"))
             fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": "bench", "secret": "bench",
                                         "client_kwargs": {"region_name": "us-east-1"}}
-            from stoker.operators.readers import _remote
+            from stoker.operators.readers import remote
 
-            fs, _ = _remote.filesystem("s3://bench")
+            fs, _ = remote.filesystem("s3://bench")
             fs.mkdir("bench")
             fs.put(data.rstrip("/") + "/", "bench/data/", recursive=True)
             url = "s3://bench/data"

@@ -444,11 +444,11 @@ def add_parser(sub) -> None:
     """The ``bench`` subcommand's arguments."""
     import argparse
 
-    from stoker.cli import PIPELINE_CONVENTION, _wrap
+    from stoker.cli import PIPELINE_CONVENTION, wrap_help
 
     b = sub.add_parser("bench", help="run a pipeline for a while: samples/s, CPU/GPU use, time per stage and "
                        "operator, and what limits it",
-                       description=_wrap("Build the pipeline, time the first batch, warm up, run it for --seconds "
+                       description=wrap_help("Build the pipeline, time the first batch, warm up, run it for --seconds "
                        "and print samples/s, the CPU cores and GPU busy, the share of time per stage and the host "
                        "milliseconds per operator, then a verdict: I/O (the reader), decode, a named operator, the "
                        "host (GIL / CPU stage) or the GPU."),

@@ -60,7 +60,7 @@ def _targets(files: list[str], fmt: str, output: str | None) -> list[str]:
 
 def tfrecord_index(path: str) -> str:
     """The text of the index of one TFRecord file. Raises ValueError for a broken record."""
-    from stoker.operators.readers import _storage
+    from stoker.operators.readers import storage
     from stoker.operators.readers._tfrecord_format import record_data, scan_records
 
     offsets, sizes, broken = scan_records(path)
@@ -68,7 +68,7 @@ def tfrecord_index(path: str) -> str:
         if i in broken:
             raise ValueError(f"{path}: record at offset {offset}: {broken[i]}")
         try:
-            record_data(_storage.read_bytes(path, offset, size))  # the checksums, where they can be checked
+            record_data(storage.read_bytes(path, offset, size))  # the checksums, where they can be checked
         except ValueError as e:
             raise ValueError(f"{path}: record at offset {offset}: {e}") from None
     return "".join(f"{o} {s}\n" for o, s in zip(offsets, sizes))

@@ -36,7 +36,7 @@ def _schemas() -> dict:
             if not name.startswith("_") and cls.__module__.startswith(("stoker.operators.", "stoker.auto_aug."))}
 
 
-def _doc(cls, indent: str = "    ") -> str:
+def operator_doc(cls, indent: str = "    ") -> str:
     """The operator's docstring, its continuation lines indented for the stub."""
     text = (cls.__doc__ or "").strip().replace('"""', "'''").replace("\\", "\\\\")
     lines = [line.rstrip() for line in text.splitlines()]
@@ -54,13 +54,13 @@ def _args(cls) -> list[str]:
 
 def _function(short: str, cls, indent: str = "", static: bool = False) -> str:
     params = ", ".join(["*inputs: Any", *_args(cls), "device: str = ...", "name: str = ...", "**kwargs: Any"])
-    doc = _doc(cls, indent + "    ")
+    doc = operator_doc(cls, indent + "    ")
     body = f'{indent}    """{doc}"""\n' if doc else f"{indent}    ...\n"
     deco = f"{indent}@staticmethod\n" if static else ""
     return f"{deco}{indent}def {short}({params}) -> Any:\n{body}"
 
 
-def _tree(names: list[str]) -> dict:
+def name_tree(names: list[str]) -> dict:
     """{part: subtree or operator name} of dotted operator names."""
     root: dict = {}
     for full in names:
@@ -72,14 +72,14 @@ def _tree(names: list[str]) -> dict:
     return root
 
 
-def _class(name: str, tree: dict, schemas: dict, indent: str, function=None) -> str:
+def namespace_class(name: str, tree: dict, schemas: dict, indent: str, function=None) -> str:
     """A namespace as a class of static methods; ``function(short, cls, indent, static)`` writes one
     operator (default: the ``fn`` form)."""
     function = function or _function
     lines = [f"{indent}class {name}:\n"]
     for key, value in sorted(tree.items()):
         if isinstance(value, dict):
-            lines.append(_class(f"_{key}", value, schemas, indent + "    ", function))
+            lines.append(namespace_class(f"_{key}", value, schemas, indent + "    ", function))
             lines.append(f"{indent}    {key}: {'_' + key}\n")
         else:
             lines.append(function(key, schemas[value], indent + "    ", static=True))
@@ -88,7 +88,7 @@ def _class(name: str, tree: dict, schemas: dict, indent: str, function=None) -> 
 
 def fn_stubs(schemas: dict) -> dict[str, str]:
     """{path relative to the package: stub text} for stoker.fn."""
-    tree = _tree(list(schemas))
+    tree = name_tree(list(schemas))
     files = {}
     for module in FN_MODULES:
         sub = tree if not module else tree.get(module, {})
@@ -100,7 +100,7 @@ def fn_stubs(schemas: dict) -> dict[str, str]:
             if isinstance(value, dict):
                 if not module and key in FN_MODULES:
                     continue
-                parts.append(_class(f"_{key}", value, schemas, ""))
+                parts.append(namespace_class(f"_{key}", value, schemas, ""))
                 parts.append(f"{key}: _{key}\n\n")
             else:
                 parts.append(_function(key, schemas[value]) + "\n")
@@ -116,7 +116,7 @@ def ops_stub(schemas: dict) -> str:
 
     def klass(class_name: str, cls, indent: str) -> str:
         params = ", ".join(["self", "*", *_args(cls), "device: str = ...", "name: str = ...", "**kwargs: Any"])
-        doc = _doc(cls, indent + "    ")
+        doc = operator_doc(cls, indent + "    ")
         return (f"{indent}class {class_name}(LegacyOperator):\n"
                 + (f'{indent}    """{doc}"""\n' if doc else "")
                 + f"{indent}    def __init__({params}) -> None: ...\n"
@@ -136,7 +136,7 @@ def ops_stub(schemas: dict) -> str:
     parts = [HEADER, "from typing import Any\n\n", "class LegacyOperator:\n",
              "    def __init__(self, **kwargs: Any) -> None: ...\n",
              "    def __call__(self, *inputs: Any, **kwargs: Any) -> Any: ...\n\n"]
-    parts += space(_tree(list(schemas)), "")
+    parts += space(name_tree(list(schemas)), "")
     defined = {ops._camel(name) for name in schemas if "." not in name}
     for cls in schemas.values():
         for legacy in filter(None, (cls.schema.legacy_name, *cls.schema.extra_legacy_names)):
@@ -148,12 +148,12 @@ def ops_stub(schemas: dict) -> str:
 
 def stubs() -> dict[str, str]:
     """Every stub file: {path relative to the stoker package: text}."""
-    from stoker import _stubs_dynamic
+    from stoker._stubs_dynamic import dynamic_stubs
 
     schemas = _schemas()
     files = fn_stubs(schemas)
     files["ops.pyi"] = ops_stub(schemas)
-    files.update(_stubs_dynamic.dynamic_stubs(schemas))
+    files.update(dynamic_stubs(schemas))
     return files
 
 

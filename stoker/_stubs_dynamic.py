@@ -21,7 +21,7 @@ import math
 import os
 import re
 
-from stoker._stubs import HEADER, _class, _doc, _tree
+from stoker._stubs import HEADER, name_tree, namespace_class, operator_doc
 
 MODULES = ("", "decoders", "random", "readers")  # namespaces of stoker.dynamic that are real modules
 
@@ -107,7 +107,7 @@ def _function(short: str, cls, indent: str = "", static: bool = False) -> str:
     variants.append((inputs, False, "None = None", "Tensor"))
     if any(a.tensor for a in s.args):
         variants.append((inputs, True, "None = None", "Batch"))
-    doc = _doc(cls).split("\n")[0]
+    doc = operator_doc(cls).split("\n")[0]
     body = f'{indent}    """{doc}"""\n' if doc else f"{indent}    ...\n"
     out = []
     for head, batch, size, result in variants:
@@ -121,7 +121,7 @@ def _reader(class_name: str, cls) -> str:
     """A reader operator as ``stoker.dynamic.readers`` makes it: a ReaderObject subclass."""
     params = ["self", "batch_size: int | None = None", "*", *_arguments(cls, False), "device: str | None = None",
               *_extra(cls), *([] if cls.schema.random else ["rng: RNG | None = None"])]
-    doc = _doc(cls).split("\n")[0]
+    doc = operator_doc(cls).split("\n")[0]
     return (f"class {class_name}(ReaderObject):\n" + (f'    """{doc}"""\n' if doc else "")
             + f"    def __init__({', '.join(params)}) -> None: ...\n\n")
 
@@ -214,7 +214,7 @@ def dynamic_stubs(schemas: dict) -> dict[str, str]:
     from stoker import ops
 
     eager = {name: cls for name, cls in schemas.items() if _eager(cls)}
-    tree = _tree(list(eager))
+    tree = name_tree(list(eager))
     files = {}
     for module_name in MODULES:
         module = importlib.import_module("stoker.dynamic" + (f".{module_name}" if module_name else ""))
@@ -226,7 +226,7 @@ def dynamic_stubs(schemas: dict) -> dict[str, str]:
             if isinstance(value, dict):
                 if not module_name and key in MODULES:
                     continue
-                parts.append(_class(f"_{key}", value, eager, "", _function))
+                parts.append(namespace_class(f"_{key}", value, eager, "", _function))
                 parts.append(f"{key}: _{key}\n\n")
             elif module_name != "readers":
                 parts.append(_function(key, eager[value]) + "\n")

@@ -90,8 +90,9 @@ used; otherwise name it with --function NAME. The pipeline is traced (and for sh
 device_id=None, on the CPU."""
 
 
-def _wrap(text: str) -> str:
-    # these parsers use RawDescriptionHelpFormatter (to keep the epilog's lines), so wrap by hand
+def wrap_help(text: str) -> str:
+    """``text`` wrapped for a parser's description: these parsers use RawDescriptionHelpFormatter
+    (to keep the epilog's lines), so descriptions are wrapped by hand."""
     return textwrap.fill(text, 88)
 
 
@@ -144,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "libjpeg-turbo, torch, CuPy, nvImageCodec and a CUDA GPU are usable, and the CPU cores.")
 
     sh = sub.add_parser("show", help="save a labelled PNG grid of a pipeline's images",
-                        description=_wrap("Run a pipeline on the CPU and write its first image-like output (HWC uint8; "
-                        "CHW or float outputs are min-max scaled per sample) as a grid of tiles labelled with "
-                        "index, shape and label (a second output of one number per sample)."),
+                        description=wrap_help("Run a pipeline on the CPU and write its first image-like output "
+                        "(HWC uint8; CHW or float outputs are min-max scaled per sample) as a grid of tiles labelled "
+                        "with index, shape and label (a second output of one number per sample)."),
                         epilog=PIPELINE_CONVENTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_pipeline_args(sh)
     sh.add_argument("--n", type=int, default=16, help="number of samples to show (default: %(default)s)")
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--batch-size", type=int, help="override the pipeline's batch size")
 
     g = sub.add_parser("graph", help="draw a pipeline's operator graph (.dot, .svg or .png)",
-                       description=_wrap("Trace a pipeline and draw its operators (name, instance name, device "
+                       description=wrap_help("Trace a pipeline and draw its operators (name, instance name, device "
                        "cpu/mixed/gpu) and edges. DOT is always written; .svg/.png are rendered by Graphviz's "
                        "dot if it is on PATH, else by a built-in layered layout."),
                        epilog=PIPELINE_CONVENTION, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -140,10 +140,10 @@ def operator(name: str, *, args: Sequence[Arg] = (), inputs: int | tuple[int, in
 
 def unregister(name: str) -> None:
     """Remove custom operator ``name`` from ``fn``, ``ops`` and ``stoker.dynamic`` (tests, notebooks)."""
-    from stoker.operators.schema import _REGISTRY
+    from stoker.operators.schema import find_operator
     from stoker.operators.schema import unregister as drop
 
-    cls = _REGISTRY.get(name)
+    cls = find_operator(name)
     if cls is None:
         raise KeyError(f"no operator {name!r} is registered")
     if not getattr(cls, "_stoker_custom", False):
@@ -160,7 +160,7 @@ def kernel(source: str, name: str, options: Sequence[str] = ("-std=c++17",)):
     launched on the current stream (the pipeline's, inside a GPU function)."""
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     key = (source, name, tuple(options), cp.cuda.Device().id)
     fn = _kernels.get(key)
     if fn is None:
@@ -210,7 +210,7 @@ def _check_layouts(name: str, layouts, outputs) -> str | list[str] | None:
 
 
 def _register(cls, replace: bool) -> None:
-    from stoker.operators.schema import _REGISTRY, registered
+    from stoker.operators.schema import registered
     from stoker.operators.schema import unregister as drop
 
     name = cls.schema.name
@@ -225,9 +225,9 @@ def _register(cls, replace: bool) -> None:
         drop(name)
     parts = name.split(".")
     for i in range(1, len(parts)):
-        if ".".join(parts[:i]) in _REGISTRY:
+        if ".".join(parts[:i]) in ops:
             raise ArgumentError(f"custom operator {name!r}: {'.'.join(parts[:i])!r} is an operator, not a namespace")
-    if any(k.startswith(name + ".") for k in _REGISTRY):
+    if any(k.startswith(name + ".") for k in ops):
         raise ArgumentError(f"custom operator {name!r}: that name is a namespace of other operators")
     cls._stoker_custom = True
     register(cls)
@@ -330,12 +330,12 @@ class _CustomOperator(Operator):
     def _call(self, fn, positional, kwargs):
         """Call the user's function; its exceptions become SampleError (data errors, which
         on_error may skip) or OperatorBugError (a bug), naming the user's failing line."""
-        from stoker.operators.python.function import _user_line
+        from stoker.operators.python.function import user_line
 
         try:
             return fn(*positional, **kwargs)
         except Exception as e:  # the user's code may raise anything
-            where = _user_line(e)
+            where = user_line(e)
             msg = f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
             raise (SampleError if isinstance(e, SAMPLE_ERRORS) else OperatorBugError)(msg) from e
 
@@ -368,7 +368,7 @@ class _CustomOperator(Operator):
         from stoker.backend import cuda
         from stoker.tensors_gpu import TensorListGPU
 
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         n = len(inputs[0]) if inputs else batch.batch_size
         lists = [list(x.samples()) if isinstance(x, TensorListGPU) else [cp.asarray(s) for s in x.samples()]
                  for x in inputs]

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from stoker import types
-from stoker.backend.cuda import _cupy
+from stoker.backend.cuda import cupy
 from stoker.tensors import SampleList, TensorCPU, TensorListCPU
 
 
 def _release_after(consumer_handle: int, producer) -> None:
     """The consumer dropped an exported batch: order the producer's later work after the consumer's."""
-    cp = _cupy()
+    cp = cupy()
     try:
         ev = cp.cuda.Event(disable_timing=True)
         cp.cuda.runtime.eventRecord(ev.ptr, consumer_handle)
@@ -38,7 +38,7 @@ def _release_after(consumer_handle: int, producer) -> None:
 
 def _wait_stream(ev, stream_handle) -> None:
     """Make the stream with raw handle ``stream_handle`` wait for ``ev`` (device side)."""
-    cp = _cupy()
+    cp = cupy()
     cp.cuda.runtime.streamWaitEvent(int(stream_handle), ev.ptr)
 
 
@@ -48,7 +48,7 @@ class TensorGPU:
     __slots__ = ("_array", "_layout", "_source_info", "_event", "_owner")
 
     def __init__(self, array, layout: str = "", source_info: str = "", event=None, owner=None):
-        self._array = _cupy().asarray(array)
+        self._array = cupy().asarray(array)
         self._layout = layout or ""
         self._source_info = source_info or ""
         self._event = event
@@ -84,7 +84,7 @@ class TensorGPU:
         return self._array.data.ptr
 
     def copy_to_external(self, dst, cuda_stream=None, non_blocking=False) -> None:
-        cp = _cupy()
+        cp = cupy()
         self._ready_on_host()
         cp.asarray(dst)[...] = self._array
 
@@ -132,7 +132,7 @@ class TensorListGPU(SampleList):
 
     def __init__(self, data, layout: str = "", source_info: Sequence[str] | None = None,
                  keep_alive=None):
-        cp = _cupy()
+        cp = cupy()
         self._dense = None
         self._flat = None  # (buffer, element offsets, shapes) of a ragged batch in one buffer
         self._sample_list = None  # per-sample views, made on first use
@@ -350,7 +350,7 @@ class TensorListGPU(SampleList):
 
     def as_tensor(self) -> TensorGPU:
         """The batch as one ``(N, ...)`` device tensor (no copy when it is stored dense)."""
-        cp = _cupy()
+        cp = cupy()
         if not self.is_dense_tensor():
             shapes = ", ".join(str(s) for s in self.shape()[:4])
             raise ValueError(f"as_tensor: the samples differ in shape ({shapes}, ...); use at(i) per sample")
@@ -381,7 +381,7 @@ class TensorListGPU(SampleList):
         return TensorListCPU(samples, self._layout, self._source_info)
 
     def as_reshaped_tensor(self, shape) -> TensorGPU:
-        cp = _cupy()
+        cp = cupy()
         flat = cp.concatenate([s.reshape(-1) for s in self._samples])
         return TensorGPU(flat.reshape(shape), "", "", self._event)
 

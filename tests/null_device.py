@@ -398,7 +398,7 @@ def installed():
              dict(transfer._arenas))
 
     def reset():
-        cuda._cupy.cache_clear()
+        cuda.cupy.cache_clear()
         cuda._module_cache.clear()
         transfer._rings.clear()
         transfer._arenas.clear()
@@ -446,7 +446,7 @@ def device_batch(images, layout: str = "HWC", dense: bool = False):
     from stoker.operators.base import BatchContext
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     if dense:
         x = TensorListGPU(cp.asarray(np.stack(images)), layout)
     else:

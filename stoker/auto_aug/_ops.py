@@ -18,7 +18,7 @@ from stoker.operators.schema import Schema, register
 from stoker.operators.tensor.basic import convert
 
 _VALUES = np.arange(256, dtype=np.float32)
-_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601 weights, as PIL's grey level
+LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601 weights, as PIL's grey level
 
 
 # --- the tables, as pure functions of the statistics they need (shared with the GPU path, whose
@@ -30,7 +30,7 @@ def contrast_table(sums, pixels: int, factor) -> np.ndarray:
     of the float32 luma-weighted means (in float64), then center + (x - center) * factor in
     float32, cast as ``convert`` casts."""
     means = (np.asarray(sums, np.float64) / pixels).astype(np.float32)
-    center = np.float32((means * _LUMA).astype(np.float64).sum())
+    center = np.float32((means * LUMA).astype(np.float64).sum())
     return convert(center + (_VALUES - center) * np.float32(factor), np.uint8)
 
 

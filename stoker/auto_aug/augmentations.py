@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import stoker.auto_aug._ops  # noqa: F401 - registers the filter and equalize kernels
 from stoker import fn
+from stoker.auto_aug._ops import Equalize  # noqa: F401 - importing _ops registers the _auto_aug.* kernels
 from stoker.auto_aug.core import augmentation
 from stoker.pipeline.data_node import constant_node, invoke
 

@@ -146,10 +146,10 @@ def histogram_tables(itab, op_code: int, ptype: int, batch):
     """Every sample's per-channel lookup tables (one uint8 device buffer, sample i's ``C * 256``
     entries from ``itab[i, 4]``) for table op ``op_code``, from per-channel histograms: a memset
     and two launches, no wait."""
-    from stoker.auto_aug._ops import _LUMA
+    from stoker.auto_aug._ops import LUMA
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     n = len(itab)
     bins = int(itab[:, 3].sum()) * 256
     cmax = int(itab[:, 3].max())
@@ -160,7 +160,7 @@ def histogram_tables(itab, op_code: int, ptype: int, batch):
     grid, block = _pixel_grid(itab, _HIST_PIXELS)
     cuda.load_kernel("auto_aug", "aa_hist")(grid, block, (dev_itab, hist, np.int32(in_shared)),
                                              shared_mem=cmax * 256 * 4 if in_shared else 0)
-    luma = [np.float32(v) for v in _LUMA]
+    luma = [np.float32(v) for v in LUMA]
     cuda.load_kernel("auto_aug", "aa_tables")((1 if op_code == 2 else cmax, n, 1), (256, 1, 1),
                                                (dev_itab, hist, tables, np.int32(op_code), np.int32(ptype), *luma))
     return dev_itab, tables

@@ -1,7 +1,7 @@
 """JPEG frame headers read with the standard library alone.
 
 Kept free of every import but :mod:`struct`: the reader's I/O helper process
-(:mod:`stoker.operators.readers._io_worker`, which starts without stoker or
+(:mod:`stoker.operators.readers.io_worker`, which starts without stoker or
 NumPy) loads this file by path and scans each file's header right after
 reading it, so that the mixed decoders need not scan in the pipeline's process,
 where every Python step waits for the GIL (H100 profile, 2026-11-25: 5.4 ms per

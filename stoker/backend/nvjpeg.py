@@ -237,9 +237,9 @@ class HardwareDecoder:
         # conversion (argtypes): the handle is passed as a c_void_p, the four ints as C ints.
         self._set_roi = ctypes.PyDLL(self.holding._name).nvjpegDecodeParamsSetROI
         self._set_roi.restype = ctypes.c_int
-        from stoker.backend.cuda import _cupy
+        from stoker.backend.cuda import cupy
 
-        self.cp = _cupy()
+        self.cp = cupy()
         self.device_id = device_id
         self._owns_handle = share_handle is None
         with self.cp.cuda.Device(device_id):

@@ -56,14 +56,14 @@ def thread_pool() -> ThreadPoolExecutor | None:
         return _pool
 
 
-def _freeze(v):
+def freeze(v):
     """A hashable stand-in for an argument value (for the instance cache)."""
     if isinstance(v, np.ndarray):
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(_freeze(x) for x in v))
+        return (type(v).__name__, tuple(freeze(x) for x in v))
     if isinstance(v, dict):
-        return ("dict", tuple(sorted((k, _freeze(x)) for k, x in v.items())))
+        return ("dict", tuple(sorted((k, freeze(x)) for k, x in v.items())))
     try:
         hash(v)
     except TypeError:
@@ -105,7 +105,7 @@ def convert_args(op_name: str, schema, kwargs: dict) -> tuple[dict, dict]:
 
 def instance(cls, op_name: str, static: dict, device: str):
     """The cached operator instance for these static arguments (setup() runs once per key)."""
-    key = (op_name, device, _freeze(static))
+    key = (op_name, device, freeze(static))
     inst = _cache.get(key)
     if inst is None:
         inst = cls(static, device, op_seed=0, origin="", name=static.get("name") or op_name)
@@ -207,7 +207,7 @@ _gpu_contexts: dict = {}
 def _run_gpu(op, op_name: str, ctx: BatchContext, lists, arg_inputs):
     from stoker.backend import cuda
 
-    dev = cuda._cupy().cuda.runtime.getDevice()
+    dev = cuda.cupy().cuda.runtime.getDevice()
     gpu = _gpu_contexts.get(dev)
     if gpu is None:
         gpu = _gpu_contexts[dev] = cuda.GpuContext(dev)

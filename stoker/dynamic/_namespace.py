@@ -78,9 +78,9 @@ def _forget(op_name: str, op_cls) -> None:
     # An operator registered again under the same name (stoker.custom's replace=True) must not be
     # served by the function or the instances made for the class it replaced.
     make_function.cache_clear()
-    from stoker.dynamic import _invoke
+    from stoker.dynamic._invoke import forget
 
-    _invoke.forget(op_name)
+    forget(op_name)
 
 
 on_register(_forget)

@@ -107,7 +107,7 @@ def load_gpu_impls() -> None:
     global _loaded
     import importlib
 
-    from stoker.operators.schema import _REGISTRY, refresh_doc
+    from stoker.operators.schema import find_operator, refresh_doc
 
     if not _loaded:
         _loaded = True
@@ -119,12 +119,12 @@ def load_gpu_impls() -> None:
                 if e.name != mod:
                     raise
     for name in HOST_FALLBACK_ON_GPU:
-        cls = _REGISTRY.get(name)
+        cls = find_operator(name)
         if cls is not None and "gpu" not in cls.schema.devices:
             cls.schema.devices = tuple(cls.schema.devices) + ("gpu",)
             refresh_doc(cls)
     for name, fn in _GPU_IMPLS.items():
-        cls = _REGISTRY.get(name)
+        cls = find_operator(name)
         if cls is None:
             continue
         missing = tuple(d for d in fn.stoker_devices if d not in cls.schema.devices)
@@ -213,9 +213,9 @@ def upload_table(table, batch):
 
     table = np.ascontiguousarray(table)
     if table.nbytes > (1 << 20):  # a large table takes a staging slot of its own
-        from stoker.operators.transfer import _ring
+        from stoker.operators.transfer import pinned_ring
 
-        return _ring(batch).upload(table, current_stream(batch))
+        return pinned_ring(batch).upload(table, current_stream(batch))
     return table_arena(batch).upload(table, current_stream(batch))
 
 
@@ -310,7 +310,7 @@ def contiguous_samples(x):
     samples = x.samples()
     if all(s.flags.c_contiguous for s in samples):
         return x
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     return TensorListGPU([cp.ascontiguousarray(s) for s in samples], x.layout(), x.source_info())
 
 
@@ -335,7 +335,7 @@ def flat_output(shapes, sizes, dtype, layout: str, source_info):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     sizes = np.asarray(sizes, np.int64)
     offsets = flat_offsets(sizes)
     buf = cp.empty(max(int(sizes.sum()), 1), dtype)

@@ -311,6 +311,12 @@ def get_operator(name: str):
         raise AttributeError(f"stoker has no operator {name!r}") from None
 
 
+def find_operator(name: str) -> type | None:
+    """The operator class registered under ``name`` now, or None; unlike :func:`get_operator` it
+    loads no operator modules (for code that runs while they load)."""
+    return _REGISTRY.get(name)
+
+
 def registered() -> dict[str, type]:
     from stoker.operators import load_all
 

@@ -20,7 +20,7 @@ def upload_batch(host, batch: BatchContext):
     from stoker.tensors_gpu import TensorListGPU
 
     stream = cuda.current_stream(batch)
-    ring = _ring(batch)
+    ring = pinned_ring(batch)
     dense = getattr(host, "_dense", None)  # (set by operators that make their batch as one array)
     if dense is not None and len(dense) == len(host):
         return TensorListGPU(ring.upload(dense, stream), host.layout(), host.source_info())
@@ -49,7 +49,7 @@ def device_views(buf, offsets, arrays) -> list:
     were uploaded at ``offsets`` (:meth:`PinnedRing.upload_many`)."""
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     return [(buf[off:off + a.nbytes].view(a.dtype) if a.nbytes else cp.empty(0, a.dtype)).reshape(a.shape)
             for a, off in zip(arrays, offsets)]
 
@@ -57,7 +57,8 @@ def device_views(buf, offsets, arrays) -> list:
 _rings: dict = {}
 
 
-def _ring(batch: BatchContext):
+def pinned_ring(batch: BatchContext):
+    """The pinned host staging ring of the batch's device (one per device, made on first use)."""
     from stoker.backend.cuda import PinnedRing
 
     dev = batch.device_id or 0

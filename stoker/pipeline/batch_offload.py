@@ -28,7 +28,7 @@ import sys
 import threading
 
 from stoker import settings
-from stoker.operators.readers._io_worker import _recv_msg, _send_msg, start_helper, stop_helper
+from stoker.operators.readers.io_worker import recv_msg, send_msg, start_helper, stop_helper
 
 _log = logging.getLogger("stoker")
 
@@ -51,7 +51,7 @@ def _serve(sock: socket.socket) -> None:
     ops: dict = {}
     while True:
         try:
-            kind, *payload = _recv_msg(sock)
+            kind, *payload = recv_msg(sock)
         except (EOFError, ConnectionError):
             return
         if kind == "op":
@@ -66,9 +66,9 @@ def _serve(sock: socket.socket) -> None:
         except Exception:  # noqa: BLE001 - the pipeline computes the batch again and reports it
             reply = ("redo",)
         try:
-            _send_msg(sock, reply)
+            send_msg(sock, reply)
         except (OSError, pickle.PicklingError):
-            _send_msg(sock, ("redo",))
+            send_msg(sock, ("redo",))
 
 
 class _Connection:
@@ -131,10 +131,10 @@ class BatchOffload:
             if not self._ready(conn):
                 return None
             if key not in conn.sent:
-                _send_msg(conn.sock, ("op", key, pickle.dumps(inst, protocol=pickle.HIGHEST_PROTOCOL)))
+                send_msg(conn.sock, ("op", key, pickle.dumps(inst, protocol=pickle.HIGHEST_PROTOCOL)))
                 conn.sent.add(key)
-            _send_msg(conn.sock, ("run", key, fields, inputs, arg_inputs))
-            reply = _recv_msg(conn.sock)
+            send_msg(conn.sock, ("run", key, fields, inputs, arg_inputs))
+            reply = recv_msg(conn.sock)
         except (OSError, EOFError, pickle.PicklingError, TypeError, AttributeError) as e:
             self._give_up(f"{type(e).__name__}: {e}")
             return None

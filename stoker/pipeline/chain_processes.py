@@ -34,7 +34,7 @@ import weakref
 import numpy as np
 
 from stoker import settings
-from stoker.operators.readers._io_worker import _recv_msg, _send_msg, _Slots, map_received, start_helper, stop_helper
+from stoker.operators.readers.io_worker import Slots, map_received, recv_msg, send_msg, start_helper, stop_helper
 
 _log = logging.getLogger("stoker")
 
@@ -82,13 +82,13 @@ def _serve_batches(sock: socket.socket) -> None:
     sock.sendall(b"!")  # ready: until then the pipeline computes its batches itself
     chains: dict = {}
     inputs: dict = {}  # slot key -> uint8 view of the pipeline's input slot
-    slots = _Slots()
+    slots = Slots()
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
             if not msg:
                 return
-            kind, *payload = _recv_msg(sock)
+            kind, *payload = recv_msg(sock)
         except (EOFError, ConnectionError):
             return
         if kind == "chain":
@@ -116,7 +116,7 @@ def _serve_batches(sock: socket.socket) -> None:
             outs.append(out)
         if failed:
             socket.send_fds(sock, [b"N"], [])
-            _send_msg(sock, None)
+            send_msg(sock, None)
             continue
         sizes = [o.nbytes for o in outs]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() if outs else []
@@ -129,7 +129,7 @@ def _serve_batches(sock: socket.socket) -> None:
             socket.send_fds(sock, [b"F"], [fd])
         else:
             socket.send_fds(sock, [b"N"], [])
-        _send_msg(sock, (k, capacity, [(at, o.shape, o.dtype.str) for o, at in zip(outs, offsets)]))
+        send_msg(sock, (k, capacity, [(at, o.shape, o.dtype.str) for o, at in zip(outs, offsets)]))
 
 
 # --- the pipeline side -------------------------------------------------------------------------
@@ -205,7 +205,7 @@ class ChainWorkers:
                 cid = len(self.chain_ids) + 1
                 for w in self.workers:  # (a dead worker raises here: compute restarts them)
                     socket.send_fds(w.sock, [b"C"], [])
-                    _send_msg(w.sock, ("chain", cid, blob))
+                    send_msg(w.sock, ("chain", cid, blob))
             self.chain_ids[key] = cid
         return self.chain_ids[key]
 
@@ -268,12 +268,12 @@ class ChainWorkers:
                 jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
             if worker.inputs.get(key) != self.input_capacity:
                 socket.send_fds(worker.sock, [b"M"], [self.input_fd])
-                _send_msg(worker.sock, ("map", key, self.input_capacity))
+                send_msg(worker.sock, ("map", key, self.input_capacity))
                 worker.inputs = {key: self.input_capacity}
             with worker.freed_lock:
                 freed, worker.freed = worker.freed, []
             socket.send_fds(worker.sock, [b"R"], [])
-            _send_msg(worker.sock, ("run", cid, key, jobs, freed))
+            send_msg(worker.sock, ("run", cid, key, jobs, freed))
         del view
         results: list = [None] * n
         ok = True
@@ -281,7 +281,7 @@ class ChainWorkers:
             msg, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
             if not msg:
                 raise EOFError("a chain worker process exited")
-            reply = _recv_msg(worker.sock)
+            reply = recv_msg(worker.sock)
             if reply is None:
                 ok = False
                 continue

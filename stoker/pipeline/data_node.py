@@ -25,6 +25,11 @@ _node_ids = itertools.count()
 _STOKER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def new_node_id() -> int:
+    """A fresh operator node id: ids grow in creation order (the order seeds are given in)."""
+    return next(_node_ids)
+
+
 def user_origin() -> str:
     """file:line of the first stack frame outside stoker (where the user created the operator)."""
     frame = sys._getframe(1)
@@ -47,7 +52,7 @@ class OpNode:
     arg_inputs: dict[str, DataNode]
     origin: str
     instance_name: str | None = None
-    id: int = field(default_factory=lambda: next(_node_ids))
+    id: int = field(default_factory=new_node_id)
     outputs: list[DataNode] = field(default_factory=list)
     scope: object = None  # the conditional branch it runs in (stoker.pipeline.conditionals.Scope)
     control_inputs: list[DataNode] = field(default_factory=list)  # run after these, take no data

@@ -126,9 +126,9 @@ class DebugRunner(Executor):
 
     # --- operators by call ordinal ---------------------------------------------------
     def _instance(self, node: OpNode, ordinal: int):
-        from stoker.dynamic._invoke import _freeze
+        from stoker.dynamic._invoke import freeze
 
-        key = _freeze({k: v for k, v in node.args.items() if k != "name"})
+        key = freeze({k: v for k, v in node.args.items() if k != "name"})
         if ordinal == len(self.ops):
             k = sum(1 for op in self.ops if op[4])
             inst = self._new(node, operator_seed(self.pipe.seed, node.args, k))
@@ -253,9 +253,9 @@ class DebugMixin:
         self._runner = DebugRunner(self)
         self._pending_outputs = deque()
         self._built = True
-        from stoker.pipeline.pipeline import _live_pipelines
+        from stoker.pipeline.pipeline import close_at_exit_if_open
 
-        _live_pipelines.add(self)
+        close_at_exit_if_open(self)
 
     def feed_input(self, data_node, data, layout=None, cuda_stream=None, use_copy_kernel=False) -> None:
         """Queue a batch for the external source named ``data_node`` (taken when its call runs)."""

@@ -37,7 +37,7 @@ from stoker.errors import OperatorError, StokerError, printable
 from stoker.operators.base import BatchContext
 from stoker.pipeline import conditionals, cpu_lanes, fusion
 from stoker.pipeline.graph import Graph
-from stoker.pipeline.stage_setup import _last_uses, _start_batch_offload, chain_process_count  # noqa: F401
+from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 
 _STOP = object()
@@ -130,7 +130,7 @@ class Executor:
         from stoker.operators.base import Reader
 
         self._output_keys = {(o.source.id, o.index) for o in graph.outputs}
-        self._last_use = _last_uses(graph, self._output_keys)
+        self._last_use = last_uses(graph, self._output_keys)
         self._refillable = bool(graph.source_nodes) and all(
             isinstance(graph.instances[n.id], Reader) for n in graph.source_nodes)
         self.tracker.can_skip = self._refillable
@@ -139,7 +139,7 @@ class Executor:
         self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
-        self._batch_offload = _start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))
+        self._batch_offload = start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))
         self._seq = 0
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
@@ -368,7 +368,7 @@ class Executor:
             except (StopIteration, OperatorError):
                 raise
             except Exception as e:
-                raise _annotate(e, node) from e
+                raise annotated_error(e, node) from e
             size = getattr(inst, "last_batch_size", None)
             if size is not None:
                 sizes.append(size)
@@ -454,7 +454,7 @@ class Executor:
             except (OperatorError, StopIteration):
                 raise
             except Exception as e:
-                raise _annotate(e, node) from e
+                raise annotated_error(e, node) from e
             if ctx.failures:
                 failed.append((node, ctx, ctx.batch_size))
                 break  # the batch changes: prepare every node again once it is refilled
@@ -490,7 +490,7 @@ class Executor:
         except (OperatorError, StopIteration):
             raise
         except Exception as e:
-            raise _annotate(e, node) from e
+            raise annotated_error(e, node) from e
         if ctx.failures:
             self._drop(it, node, ctx, n)
         for i, out in enumerate(outs):
@@ -595,6 +595,6 @@ def _concat(a, b):
                          list(a.source_info()) + list(b.source_info()))
 
 
-def _annotate(e: BaseException, node) -> OperatorError:
+def annotated_error(e: BaseException, node) -> OperatorError:
     return OperatorError(f"{type(e).__name__}: {e}", operator=node.args.get("name") or node.op_name,
                          origin=node.origin)

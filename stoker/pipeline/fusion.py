@@ -309,9 +309,9 @@ def _outputs(node, inst, ctx: BatchContext, layouts: list, results: list, kept: 
     except OperatorError:
         raise
     except Exception as e:
-        from stoker.pipeline.executor import _annotate
+        from stoker.pipeline.executor import annotated_error
 
-        raise _annotate(e, node) from e
+        raise annotated_error(e, node) from e
 
 
 def run_fused(ex, step: FusedStep, it) -> None:

@@ -30,6 +30,12 @@ _live_pipelines: weakref.WeakSet = weakref.WeakSet()
 _closing_threads: set = set()
 
 
+def close_at_exit_if_open(pipe) -> None:
+    """Have :func:`_close_at_exit` close ``pipe`` if it is still open when the program ends (it is
+    held weakly: a pipeline collected before then is not kept alive)."""
+    _live_pipelines.add(pipe)
+
+
 def _close_at_exit() -> None:
     """Close every pipeline left open when the program ends (registered with atexit).
 
@@ -292,7 +298,7 @@ class Pipeline(PipelineExtras):
         self._instances_closed = False
         self._executor = tuning.executor_for(self, graph)  # (measures candidates where "auto")
         self._built = True
-        _live_pipelines.add(self)
+        close_at_exit_if_open(self)
 
     def _open_gpu(self, graph: Graph):
         first = graph.gpu_nodes[0]

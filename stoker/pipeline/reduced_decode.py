@@ -39,7 +39,7 @@ from stoker.operators.decoders import cpu, formats, turbo
 from stoker.operators.decoders.formats import ImageFormatError
 from stoker.operators.image.geometry import resize_plan
 from stoker.operators.image.resample import resample
-from stoker.operators.image.resize import _filters
+from stoker.operators.image.resize import resize_filters
 from stoker.operators.random.crop_window import sample_crop_window
 
 __all__ = ["ReducedDecode", "plan_for", "run_pair"]
@@ -134,7 +134,7 @@ def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_a
     img = cpu.convert_dtype(img, dec.out_dtype)
     lo = [(wy + rplan.lo[0]) * s - ty, (wx + rplan.lo[1]) * s - tx]
     hi = [(wy + rplan.hi[0]) * s - ty, (wx + rplan.hi[1]) * s - tx]
-    mn, mg = _filters(rsz_args)
+    mn, mg = resize_filters(rsz_args)
     out = resample(img, (0, 1), rplan.out_size, lo, hi, min_filter=mn, mag_filter=mg,
                    antialias=rsz.args["antialias"], dtype=rsz.args["dtype"])
     return img, out

@@ -26,7 +26,7 @@ import pickle
 
 from stoker.errors import StokerError
 from stoker.pipeline.conditionals import Scope
-from stoker.pipeline.data_node import DataNode, OpNode, _node_ids
+from stoker.pipeline.data_node import DataNode, OpNode, new_node_id
 
 MAGIC = b"stoker-pipeline 1\n"
 
@@ -125,7 +125,7 @@ def loads(data: bytes) -> tuple[dict, list[DataNode], list[OpNode]]:
 
     for old_id in sorted(nodes):  # new ids in the old order: the creation order (and seeds) stay
         node = nodes[old_id]
-        node.id = next(_node_ids)
+        node.id = new_node_id()
         try:
             get_operator(node.op_name)
         except AttributeError:

@@ -33,7 +33,7 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     return value
 
 
-def _start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = False):
+def start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = False):
     """The helper process for CPU operators that opt in to it (stoker.pipeline.batch_offload),
     started now so that it is ready by the first batches; None when no such operator is in the
     graph or the setting says no. Auto: on exactly where the CPU stage can run two lanes
@@ -56,7 +56,7 @@ def _start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = 
         return None
 
 
-def _last_uses(graph: Graph, keep: set) -> dict:
+def last_uses(graph: Graph, keep: set) -> dict:
     """GPU-stage node id -> the values (node id, output) it is the last GPU-stage reader of,
     outputs of the pipeline excepted."""
     last: dict = {}

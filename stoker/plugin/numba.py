@@ -200,7 +200,7 @@ class _NumbaOperator(Operator):
         from stoker.backend import cuda
         from stoker.tensors_gpu import TensorListGPU
 
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         lists = [x if isinstance(x, TensorListGPU) else TensorListGPU(x) for x in inputs]
         n = len(lists[0])
         in_shapes = [[tuple(s) for s in x.shape()] for x in lists]

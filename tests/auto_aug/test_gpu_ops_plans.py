@@ -71,7 +71,7 @@ def device_contrast(hist3, pixels, factor):
     acc = None
     for c in range(3):
         mean = F32(np.float64(sums[c]) / np.float64(pixels))
-        w = np.float64(F32(mean * _ops._LUMA[c]))
+        w = np.float64(F32(mean * _ops.LUMA[c]))
         acc = w if acc is None else acc + w
     center = F32(acc)
     factor = F32(factor)

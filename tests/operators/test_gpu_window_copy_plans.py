@@ -82,7 +82,7 @@ def _flat(images, layout="HWC"):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     sizes = np.array([im.size for im in images], np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     buf = cp.asarray(np.concatenate([im.ravel() for im in images]))
@@ -160,7 +160,7 @@ def test_window_table_equals_window_rows(dtype, ndim, channel_fill):
 
     rng = np.random.default_rng(ndim * 10 + channel_fill)
     with null_device.installed():
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         for _ in range(5):
             n = int(rng.integers(1, 30))
             views = _random_views(rng, cp, n, ndim, dtype)
@@ -276,7 +276,7 @@ def test_gpu_slice_with_anchor_and_shape_inputs_equals_cpu(device, normalized, p
     anchor = rng.uniform(-0.3, 1.0, (n, 2)).astype(np.float32) * scale
     shape = rng.uniform(0.0, 1.2, (n, 2)).astype(np.float32) * scale
     kw = dict(normalized_anchor=normalized, normalized_shape=normalized, out_of_bounds_policy=policy)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     # the anchor as a GPU batch (downloaded in one piece), the shape as a CPU one
     box = [TensorListGPU(cp.asarray(anchor)), TensorListCPU(list(shape))]
     (got,) = _op("slice", **kw).run_gpu(batch, [x, *box], {})
@@ -315,7 +315,7 @@ def test_gpu_transpose_of_strided_views_and_4d_samples(device):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     rng = np.random.default_rng(6)
     hosts = [rng.integers(0, 255, (int(f), int(h), 7, 3), np.uint8) for f, h in rng.integers(1, 9, (5, 2))]
     views = [h[:, ::-1, 1::2] for h in hosts]

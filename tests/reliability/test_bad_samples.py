@@ -431,7 +431,7 @@ def test_permission_denied_when_running_as_root(on_error, tmp_path, monkeypatch)
     import builtins
     import errno
 
-    from stoker.operators.readers import _storage  # where the readers open local files
+    from stoker.operators.readers import storage  # where the readers open local files
 
     cls = _make_dataset(tmp_path / "data", jpeg_bytes(photo()))
 
@@ -440,7 +440,7 @@ def test_permission_denied_when_running_as_root(on_error, tmp_path, monkeypatch)
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
         return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_storage, "open", guarded_open, raising=False)
+    monkeypatch.setattr(storage, "open", guarded_open, raising=False)
     pipe = _pipe(tmp_path / "data", on_error)
     try:
         if on_error == "raise":

@@ -30,7 +30,7 @@ _YCC_OFFSET = np.array([16.0, 128.0, 128.0])
 _YCC2RGB = np.linalg.inv(_RGB2YCC)
 _SWAP = np.eye(3)[::-1]  # RGB <-> BGR
 
-_CHANNELS = {types.RGB: 3, types.BGR: 3, types.YCbCr: 3, types.GRAY: 1}
+CHANNELS = {types.RGB: 3, types.BGR: 3, types.YCbCr: 3, types.GRAY: 1}
 
 
 def _to_rgb_matrix(src) -> np.ndarray:
@@ -44,7 +44,7 @@ def affine_map(src, dst) -> tuple[np.ndarray, np.ndarray]:
     float32; the CPU operator moves bytes for those and applies the YCbCr ones (the GPU
     implementation applies them all)."""
     if src == dst:
-        c = _CHANNELS[src]
+        c = CHANNELS[src]
         return np.eye(c), np.zeros(c)
     if src == types.GRAY:
         if dst in (types.RGB, types.BGR):
@@ -77,14 +77,14 @@ class ColorSpaceConversion(LayoutAware):
     def setup(self):
         for name in ("image_type", "output_type"):
             v = self.args.get(name)
-            if v not in _CHANNELS:
+            if v not in CHANNELS:
                 raise arg_error("color_space_conversion", name,
                                 f"must be types.RGB, types.BGR, types.GRAY or types.YCbCr, got {v}")
         self.src, self.dst = self.args["image_type"], self.args["output_type"]
 
     def run_sample(self, inputs, args, ctx):
         img = np.asarray(inputs[0])
-        check_channels_last(self, img, self.layout_of(args), (_CHANNELS[self.src],))
+        check_channels_last(self, img, self.layout_of(args), (CHANNELS[self.src],))
         if img.dtype != np.uint8:
             raise self.error(f"expects uint8 input, got {img.dtype}")
         src, dst = self.src, self.dst

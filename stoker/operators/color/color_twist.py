@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from stoker.operators.color._common import half_range, hsv_matrices, hsv_matrix, scalar
-from stoker.operators.color.hsv import _HUE, _IMAGE_TYPE, _SAT, _LinearColor
+from stoker.operators.color.hsv import HUE_ARG, IMAGE_TYPE_ARG, SATURATION_ARG, LinearColor
 from stoker.operators.schema import Arg, Schema, register
 
 
 @register
-class ColorTwist(_LinearColor):
+class ColorTwist(LinearColor):
     """Hue, saturation, brightness and contrast adjustment of RGB images."""
 
     schema = Schema(
@@ -27,7 +27,7 @@ class ColorTwist(_LinearColor):
             "of RGB images: out = brightness * (center + contrast * (HS(in) - center)).",
         args=[Arg("brightness", "float", 1.0, tensor=True, doc="multiplier (>= 0); 0 gives black"),
               Arg("contrast", "float", 1.0, tensor=True, doc="multiplier (>= 0) around the middle grey"),
-              _HUE, _SAT, _IMAGE_TYPE,
+              HUE_ARG, SATURATION_ARG, IMAGE_TYPE_ARG,
               Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
     )
 

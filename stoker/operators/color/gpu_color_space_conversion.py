@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker import types
-from stoker.operators.color.color_space_conversion import _CHANNELS, affine_map
+from stoker.operators.color.color_space_conversion import CHANNELS, affine_map
 from stoker.operators.gpu_registry import (
     contiguous_samples,
     flat_offsets,
@@ -64,10 +64,10 @@ def gpu_color_space_conversion(op, batch, inputs, arg_inputs):
 
     x = inputs[0]
     src, dst = op.src, op.dst
-    cin, cout = _CHANNELS[src], _CHANNELS[dst]
+    cin, cout = CHANNELS[src], CHANNELS[dst]
     if not isinstance(x, TensorListGPU) or len(x) == 0 or not _takes(x, x.geometry()[2], cin):
         return host_fallback(op, batch, inputs, arg_inputs)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     x = contiguous_samples(x)
     ptrs, _, in_shapes = x.geometry()  # (no per-sample view: issue 16)
     n = len(x)

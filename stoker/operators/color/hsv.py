@@ -32,13 +32,13 @@ from stoker.operators.image.crop import LayoutAware
 from stoker.operators.per_frame import frame_args
 from stoker.operators.schema import Arg, Schema, register
 
-_HUE = Arg("hue", "float", 0.0, tensor=True, doc="hue delta in degrees (wraps around at 360)")
-_SAT = Arg("saturation", "float", 1.0, tensor=True, doc="saturation multiplier (>= 0); 0 gives grey")
-_IMAGE_TYPE = Arg("image_type", "image_type", types.RGB, doc="colour space of input and output: RGB or BGR")
+HUE_ARG = Arg("hue", "float", 0.0, tensor=True, doc="hue delta in degrees (wraps around at 360)")
+SATURATION_ARG = Arg("saturation", "float", 1.0, tensor=True, doc="saturation multiplier (>= 0); 0 gives grey")
+IMAGE_TYPE_ARG = Arg("image_type", "image_type", types.RGB, doc="colour space of input and output: RGB or BGR")
 
 
 @frame_args("hue", "saturation", "value", "brightness", "contrast")  # each subclass's own; all per frame
-class _LinearColor(LayoutAware):
+class LinearColor(LayoutAware):
     """Shared body: build this sample's matrix (and offset), apply it, convert the type."""
 
     default_dtype = None  # None: the input's
@@ -85,14 +85,14 @@ class _LinearColor(LayoutAware):
 
 
 @register
-class Hsv(_LinearColor):
+class Hsv(LinearColor):
     """Hue delta, saturation and value multipliers on RGB images; writes uint8 by default."""
 
     schema = Schema(
         name="hsv",
         doc="Shifts hue (degrees) and scales saturation and value of RGB images with a linear map "
             "in YIQ space. The output type defaults to UINT8 (as DALI).",
-        args=[_HUE, _SAT,
+        args=[HUE_ARG, SATURATION_ARG,
               Arg("value", "float", 1.0, tensor=True, doc="value (brightness) multiplier"),
               Arg("dtype", "dtype", types.UINT8, doc="output type (default UINT8, whatever the input)")],
     )
@@ -110,13 +110,13 @@ class Hsv(_LinearColor):
 
 
 @register
-class Hue(_LinearColor):
+class Hue(LinearColor):
     """Shifts the hue of RGB (or BGR) images by ``hue`` degrees."""
 
     schema = Schema(
         name="hue",
         doc="Shifts the hue of RGB images by hue degrees (linear map in YIQ space, as hsv).",
-        args=[_HUE, _IMAGE_TYPE, Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
+        args=[HUE_ARG, IMAGE_TYPE_ARG, Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
     )
 
     def affine(self, args, dtype):
@@ -131,13 +131,13 @@ class Hue(_LinearColor):
 
 
 @register
-class Saturation(_LinearColor):
+class Saturation(LinearColor):
     """Scales the saturation of RGB (or BGR) images."""
 
     schema = Schema(
         name="saturation",
         doc="Scales the saturation of RGB images (0: grey, 1: unchanged), as hsv does.",
-        args=[_SAT, _IMAGE_TYPE, Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
+        args=[SATURATION_ARG, IMAGE_TYPE_ARG, Arg("dtype", "dtype", None, doc="output type (default: the input's)")],
     )
 
     def affine(self, args, dtype):

@@ -9,7 +9,7 @@ import numpy as np
 from stoker.random_state import key_uniforms_at
 
 # Without total_num_attempts DALI searches forever; we stop with an error rather than hang.
-_SAFETY_LIMIT = 100_000
+SAFETY_LIMIT = 100_000
 # The batch path: rounds before the samples still searching go to run_sample (with total_num_attempts:
 # up to its end, at most _BATCH_ROUNDS_CAP); rounds per step (their thresholds drawn at once: the
 # rounds after a sample's first "no crop", or after one that finds a window, are never judged); most
@@ -202,13 +202,13 @@ class BatchSearch:
         search ends after the last (with the best window) rather than going on (in run_sample)."""
         n_att, total_limit = self.args["num_attempts"], self.args["total_num_attempts"]
         if total_limit <= 0:
-            return [n_att] * min(_BATCH_ROUNDS, (_SAFETY_LIMIT - 1) // n_att), False
+            return [n_att] * min(_BATCH_ROUNDS, (SAFETY_LIMIT - 1) // n_att), False
         ks, used = [], 0
         while len(ks) < _BATCH_ROUNDS_CAP:
             k = max(0, min(n_att, total_limit - used))
             ks.append(k)
             used += k
-            if used >= total_limit or used >= _SAFETY_LIMIT:
+            if used >= total_limit or used >= SAFETY_LIMIT:
                 return ks, True
         return ks, False
 

@@ -75,7 +75,7 @@ def _elementwise(name: str, in_params: str, body: str):
 
     k = _kernels.get(name)
     if k is None:
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         k = _kernels[name] = cp.ElementwiseKernel(in_params, "float32 y", body, f"stoker_{name}",
                                                   preamble=_FIND_SAMPLE)
     return k
@@ -89,7 +89,7 @@ def _one_buffer(x):
     parts = x.flat_parts()
     if parts is not None:
         return parts
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     samples = x.samples()
     shapes = np.asarray([s.shape for s in samples], np.int64).reshape(len(samples), -1)
     buf = cp.concatenate([s.reshape(-1) for s in samples])

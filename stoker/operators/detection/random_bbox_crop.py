@@ -19,7 +19,7 @@ import numpy as np
 
 from stoker.errors import arg_error
 from stoker.operators.base import Operator, SampleContext
-from stoker.operators.detection._bbox_crop_search import _SAFETY_LIMIT, BatchSearch
+from stoker.operators.detection._bbox_crop_search import SAFETY_LIMIT, BatchSearch
 from stoker.operators.schema import Arg, Schema, register
 from stoker.random_state import batch_keys
 from stoker.tensors import batch_of_arrays, batch_of_rows
@@ -246,7 +246,7 @@ class RandomBBoxCrop(Operator):
                 j = int(np.argmax(score))
                 if score[j] > best_score:
                     best, best_score = (anchors[j], shapes[j], kept[j]), score[j]
-            if (total_limit > 0 and used >= total_limit) or used >= _SAFETY_LIMIT:
+            if (total_limit > 0 and used >= total_limit) or used >= SAFETY_LIMIT:
                 if total_limit <= 0:
                     raise self.error(f"{_OP}: no valid crop window in {used} attempts; set argument "
                                      f"'total_num_attempts' or loosen 'thresholds'/'scaling'/'aspect_ratio'")

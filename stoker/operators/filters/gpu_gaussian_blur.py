@@ -53,7 +53,7 @@ def gpu_gaussian_blur(op, batch, inputs, arg_inputs):
         return host_fallback(op, batch, inputs, arg_inputs)
     in_type = x.element_dtype()
     out_type = np.dtype(op.args.get("dtype") or in_type)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     x = contiguous_samples(x)
     n = len(x)
     ptrs, row, shapes = x.geometry()

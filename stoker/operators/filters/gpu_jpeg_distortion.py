@@ -140,7 +140,7 @@ def gpu_jpeg_compression_distortion(op, batch, inputs, arg_inputs):
     m = plan["sample"].size
     if m == 0:  # only empty samples: nothing to compute
         return [out]
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     scratch = cp.empty(plan["scratch"], np.uint8)
     tab = plan["tab"]
     rows = tab[:m * TAB_COLS].reshape(m, TAB_COLS)  # (a view: the pointers go into tab)

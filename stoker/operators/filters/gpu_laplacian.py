@@ -201,7 +201,7 @@ def gpu_laplacian(op, batch, inputs, arg_inputs):
                            lambda i: laplacian_plan_one(op, arg_inputs, i, shapes[i], layout))
     kmax = int(2 * itab[:, 10:8 + 3 * len(spatial) ** 2:3].max() + 1)  # the longest window's taps
     taps = np.ascontiguousarray(taps[:, :, :kmax])
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     sizes = itab[:, COUNT]
     offsets = flat_offsets(sizes)
     total = int(sizes.sum())

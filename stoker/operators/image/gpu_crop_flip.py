@@ -28,7 +28,7 @@ def crop_flip_samples(samples, windows, flips, batch):
     """
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     n = len(samples)
     if n == 0:
         return [], None
@@ -64,7 +64,7 @@ def crop_flip_batch(x, windows: np.ndarray, flips: np.ndarray, batch):
     from stoker.operators.gpu_registry import contiguous_samples
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     n = len(x)
     if n == 0:
         return TensorListGPU([], x.layout(), x.source_info())

@@ -59,10 +59,10 @@ def cmn_samples(samples, windows, mirror, batch, *, mean, std, dtype=np.float32,
     and writes one dense batch in ``layout`` ("CHW" or "HWC") and ``dtype``.
     """
     from stoker.backend import cuda
-    from stoker.operators.image.gpu_resize import _geometry_of
+    from stoker.operators.image.gpu_resize import geometry_of
 
-    cp = cuda._cupy()
-    ptrs, row, shapes = _geometry_of(samples)
+    cp = cuda.cupy()
+    ptrs, row, shapes = geometry_of(samples)
     n = len(ptrs)
     windows = np.asarray(windows, dtype=np.int64).reshape(n, 4)
     C = int(shapes[0, 2]) if n and shapes.shape[1] > 2 else 1

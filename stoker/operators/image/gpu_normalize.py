@@ -39,7 +39,7 @@ from stoker.operators.gpu_registry import (
     register_gpu,
     upload_table,
 )
-from stoker.operators.image.normalize import _param
+from stoker.operators.image.normalize import param_array
 from stoker.operators.tensor._axes import resolve_axes
 
 # Element types the kernel has a variant for, by the suffix of its name (normalize_<in>_<out>).
@@ -96,12 +96,12 @@ _PER_SAMPLE = "per sample"  # a given statistic one NumPy step cannot read (samp
 
 
 def _given(op, arg_inputs, name: str, n: int):
-    """A given ``mean`` / ``stddev`` for every sample, as ``_params`` reads it (``_param``): None
+    """A given ``mean`` / ``stddev`` for every sample, as ``_params`` reads it (``param_array``): None
     when not given, else float64 ``(n, *P)`` with ``P`` the per-sample shape (``()`` for one value
     per sample; a static value broadcast, no copy); :data:`_PER_SAMPLE` when the samples' values
     differ in shape. ValueError for values that are not numbers (as ``sample_value``)."""
     if name not in arg_inputs:
-        p = _param(op.args.get(name))
+        p = param_array(op.args.get(name))
         return None if p is None else np.broadcast_to(p, (n, *p.shape))
     try:
         arr = np.asarray(arg_inputs[name])
@@ -110,7 +110,7 @@ def _given(op, arg_inputs, name: str, n: int):
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"argument '{name}' takes numbers per sample, got {arr.dtype} values")
     arr = arr.astype(np.float64).reshape(n, *arr.shape[1:])
-    return arr.reshape(n) if arr[0].size == 1 else arr  # _param: one value is a 0-d array
+    return arr.reshape(n) if arr[0].size == 1 else arr  # param_array: one value is a 0-d array
 
 
 def batch_params(op, shapes: np.ndarray, layout: str, arg_inputs):
@@ -369,7 +369,7 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     x = inputs[0]
     n = len(x)
     if n == 0:

@@ -60,7 +60,7 @@ def plan(args: dict, in_h: int, in_w: int):
     return oh, ow, p.lo[0], p.lo[1], (p.hi[0] - p.lo[0]) / oh, (p.hi[1] - p.lo[1]) / ow
 
 
-def _geometry_of(samples):
+def geometry_of(samples):
     """(pointers, row strides, shapes) of a TensorListGPU or a list of CuPy HWC samples."""
     if hasattr(samples, "geometry"):
         return samples.geometry()
@@ -82,8 +82,8 @@ def resize_batch(samples, plans, batch, mirror=None):
     """
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
-    ptrs, row, shapes = _geometry_of(samples)
+    cp = cuda.cupy()
+    ptrs, row, shapes = geometry_of(samples)
     n = len(ptrs)
     plans = np.asarray(plans, dtype=np.float64).reshape(n, 6)
     C = int(shapes[0, 2]) if n and shapes.shape[1] > 2 else 1

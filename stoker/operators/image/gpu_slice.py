@@ -242,7 +242,7 @@ def copy_window_batch(x, out_shapes, starts, batch, dtype=None, fills=None, padd
     if made is None:
         return None
     rows, fill_bits, sizes = made
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     offsets = flat_offsets(sizes)
     buf = cp.empty(max(int(sizes.sum()), 1), dt)
     rows[:, 1] = buf.data.ptr + offsets * dt.itemsize
@@ -289,7 +289,7 @@ def copy_windows(x, windows, batch, dtype=None):
     if made is None:
         return None
     rows, fill_bits, sizes, shapes = made
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     offsets = flat_offsets(sizes)
     buf = cp.empty(max(int(sizes.sum()), 1), dt)
     rows[:, 1] = buf.data.ptr + offsets * dt.itemsize

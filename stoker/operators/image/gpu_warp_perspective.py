@@ -160,7 +160,7 @@ def gpu_warp_perspective(op, batch, inputs, arg_inputs):
     out_hw = np.asarray(out_hw, np.int64).reshape(n, 2)
     if not out_hw.all():  # the CPU operator fails on an empty output size: the host raises its error
         return host_fallback(op, batch, inputs, arg_inputs)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     x = contiguous_samples(x)
     ptrs, _, _ = x.geometry()
     sizes = f * out_hw[:, 0] * out_hw[:, 1] * nc

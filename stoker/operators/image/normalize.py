@@ -82,8 +82,8 @@ class Normalize(Operator):
     # --- parameters -----------------------------------------------------------
     def _params(self, x, args, layout):
         """(reduced axes, given mean or None, given stddev or None), the given ones shaped to broadcast."""
-        mean = _param(args.get("mean"))
-        std = _param(args.get("stddev"))
+        mean = param_array(args.get("mean"))
+        std = param_array(args.get("stddev"))
         a = self.args
         if a["axes"] is not None or a["axis_names"]:
             axes = resolve_axes("normalize", a["axes"], a["axis_names"], layout, x.ndim)
@@ -160,7 +160,7 @@ _FLOAT32_EXACT = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int8
                                                  np.bool_))
 
 
-def _param(v):
+def param_array(v):
     """A mean/stddev argument as a float64 array (None stays None)."""
     if v is None:
         return None

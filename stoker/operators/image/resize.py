@@ -41,7 +41,9 @@ _FILTER_ARGS = [
 ]
 
 
-def _filters(args: dict) -> tuple:
+def resize_filters(args: dict) -> tuple:
+    """(minification, magnification) filters of resize arguments: ``min_filter`` / ``mag_filter``, else
+    ``interp_type``."""
     base = INTERP(int(args["interp_type"]))
     mn = args.get("min_filter")
     mg = args.get("mag_filter")
@@ -179,7 +181,7 @@ class Resize(LayoutAware):
                 f"{'x'.join(map(str, plan.out_size))} = {pixels} pixels, more than the pipeline's "
                 f"max_pixels={self.max_output_pixels}; cap the output with max_size, or raise the pipeline's "
                 "max_pixels (0: no limit)")
-        mn, mg = _filters(args)
+        mn, mg = resize_filters(args)
         out = resample(img, axes, plan.out_size, plan.lo, plan.hi, min_filter=mn, mag_filter=mg,
                        antialias=self.args["antialias"], dtype=self.args["dtype"])
         if self.args["save_attrs"]:
@@ -237,6 +239,6 @@ class RandomResizedCrop(LayoutAware):
         h, w = img.shape[axes[0]], img.shape[axes[1]]
         y, x, ch, cw = sample_crop_window(ctx.rng, h, w, self.area, self.aspect,
                                           self.args["num_attempts"])
-        mn, mg = _filters(args)
+        mn, mg = resize_filters(args)
         return resample(img, axes, self.size, (y, x), (y + ch, x + cw), min_filter=mn, mag_filter=mg,
                         antialias=self.args["antialias"], dtype=self.args["dtype"])

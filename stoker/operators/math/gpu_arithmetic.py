@@ -89,7 +89,7 @@ def gpu_arithmetic(op, batch, inputs, arg_inputs):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     layout = op.output_layouts([x.layout() for x in inputs])[0]
     source = inputs[0].source_info()
     n = len(inputs[0])

@@ -40,7 +40,7 @@ def _args(batch_default: bool) -> list[Arg]:
             Arg("synchronize_stream", "bool", True, doc="accepted for compatibility (no GPU stream on the CPU)")]
 
 
-def _user_line(exc: BaseException) -> str:
+def user_line(exc: BaseException) -> str:
     """``file:line`` of the innermost traceback frame outside stoker (the user's code)."""
     frames = traceback.extract_tb(exc.__traceback__)
     for fr in reversed(frames):
@@ -89,7 +89,7 @@ class _PythonFunctionBase(Operator):
         try:
             return self.args["function"](*args)
         except Exception as e:  # the user's code may raise anything
-            where = _user_line(e)
+            where = user_line(e)
             msg = f"function {self.fn_name} raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")
             raise (SampleError if isinstance(e, SAMPLE_ERRORS) else OperatorBugError)(msg) from e
 

@@ -4,7 +4,7 @@ Why: the container readers (TFRecord, webdataset, RecordIO, ``.npy`` files, and 
 COCO readers) used to read each
 sample with its own ``open``/``seek``/``read`` on the thread pool, in the CPU stage. On an H100
 (16 threads, batch 256) that per-sample Python waited for the GIL and the stage ran 3-6x slower
-than the file reader, which reads through :mod:`._io_worker` one batch ahead. This module gives
+than the file reader, which reads through :mod:`.io_worker` one batch ahead. This module gives
 every :class:`._indexed.IndexedReader` that can say where a sample's bytes lie
 (``sample_range``) the same path: one request per batch to the helper process (ranges of one
 file share a descriptor and are read with ``preadv`` into one shared mapping), then the
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from stoker.operators.readers._io_worker import ReadWorker
+from stoker.operators.readers.io_worker import ReadWorker
 
 _log = logging.getLogger("stoker")
 
@@ -41,7 +41,7 @@ class RangeReads:
     """The I/O helper process and the read-ahead thread of one reader.
 
     ``ranges(refs)`` gives the samples' entries (whole files, (path, offset, size) ranges or
-    LMDB records: see :meth:`._io_worker.ReadWorker.read`); ``parse(ref, raw)`` turns
+    LMDB records: see :meth:`.io_worker.ReadWorker.read`); ``parse(ref, raw)`` turns
     one sample's bytes (a read-only uint8 view) into its outputs."""
 
     def __init__(self, ranges, parse):
@@ -88,7 +88,7 @@ class RangeReads:
 
 
 def _describe(entry) -> str:
-    """An entry of the helper as an error names it: the file (as :mod:`._storage` does), or the
+    """An entry of the helper as an error names it: the file (as :mod:`.storage` does), or the
     LMDB database and key (as the LMDB readers' ``source_info`` does)."""
     if isinstance(entry, str):
         return f"file {entry!r}"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._listing import ListingError
 
 DUMP_NAME = "stoker_coco_annotations.npz"  # the one file in a save_preprocessed_annotations_dir
@@ -90,7 +90,7 @@ def parse_json(path: str, *, images: list | None, ltrb: bool, ratio: bool, skip_
     """Parse a COCO annotations file (see the module's docstring). Raises ListingError naming
     ``annotations_file`` and the annotation at fault."""
     try:
-        doc = json.loads(_storage.read_bytes(path))
+        doc = json.loads(storage.read_bytes(path))
     except OSError as e:
         raise ListingError("annotations_file", str(e)) from None
     except ValueError as e:
@@ -225,11 +225,11 @@ def save(index: CocoIndex, folder: str) -> str:
 
 def load(folder: str) -> CocoIndex:
     """Read the file :func:`save` wrote in ``folder``."""
-    path = _storage.join(folder, DUMP_NAME)
+    path = storage.join(folder, DUMP_NAME)
     import io
 
     try:
-        with np.load(io.BytesIO(_storage.read_bytes(path)), allow_pickle=False) as z:
+        with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as z:
             arrays = {name: z[name] for name in (*_ARRAYS, "filenames", "flags", "rle_counts_ends", "rle_counts")}
     except OSError as e:
         raise ListingError("preprocessed_annotations", f"{e} (it is written by save_preprocessed_annotations)") \

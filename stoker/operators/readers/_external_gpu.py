@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 
-from stoker.backend.cuda import _cupy
+from stoker.backend.cuda import cupy
 
 _DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
 _DLPACK_CPU = (1, 3)  # kDLCPU, kDLCUDAHost
@@ -38,12 +38,12 @@ class DeviceSamples(list):
 
 def cupy_ndarray() -> type:
     """CuPy's array type (imported on first use)."""
-    return _cupy().ndarray
+    return cupy().ndarray
 
 
 def device_array(x):
     """``x`` as a CuPy array when it lives on the GPU (no copy), else None."""
-    cp = _cupy()
+    cp = cupy()
     if isinstance(x, cp.ndarray):
         return x
     if type(x).__name__ == "TensorGPU":
@@ -86,7 +86,7 @@ def device_batch(batch):
 def producer_event(cuda_stream=None):
     """An event recorded now on the stream the caller's data was made on (``cuda_stream``: a raw
     handle, a CuPy stream, a torch stream; None: the legacy default stream)."""
-    cp = _cupy()
+    cp = cupy()
     handle = cuda_stream
     if handle is None:
         handle = 0
@@ -120,6 +120,6 @@ def to_device(samples, layout: str, batch, copy: bool):
     with batch.stream if batch.stream is not None else contextlib.nullcontext():
         if samples.dense is not None:
             return TensorListGPU(samples.dense.copy() if copy else samples.dense, layout)
-        cp = _cupy()
+        cp = cupy()
         arrays = [s if isinstance(s, cp.ndarray) else cp.asarray(s) for s in samples]  # (host ones: copied)
         return TensorListGPU([a.copy() for a in arrays] if copy else arrays, layout)

@@ -32,7 +32,7 @@ import numpy as np
 
 from stoker.errors import CheckpointError, PipelineBuildError
 from stoker.operators.base import Reader
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._batch_read import RangeReads, locate
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._order import ShardedOrder
@@ -59,7 +59,7 @@ class IndexedReader(Reader):
         """The outputs of sample ``i`` (a tuple of NumPy arrays, one per output). By default its
         byte range read here and parsed (``sample_range`` and ``parse_sample``)."""
         path, offset, size = self.sample_range(i)
-        raw = _storage.read_bytes(path, offset, size) if size is not None else _storage.read_bytes(path)
+        raw = storage.read_bytes(path, offset, size) if size is not None else storage.read_bytes(path)
         return self.parse_sample(i, np.frombuffer(raw, np.uint8))
 
     def reads_ranges(self) -> bool:
@@ -127,10 +127,10 @@ class IndexedReader(Reader):
         return PipelineBuildError(f"{self._label()}: argument '{arg}': {message}{where}")
 
     def bind_pipeline(self, pipe) -> None:
-        from stoker.operators.readers.file import _wants_io_process
+        from stoker.operators.readers.file import wants_io_process
 
         self._batch_size = max(1, pipe.batch_size)
-        self._use_helper = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
+        self._use_helper = wants_io_process(getattr(pipe, "num_threads", 1) or 1)
         reads = self._reads
         if not self._use_helper and reads is not None:  # (bound again by num_threads="auto"'s trials)
             self._reads = None

@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from stoker.errors import printable
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 
 # Class folders of a remote file_root listed at once: each listing is a round trip (tens of
 # ms on S3), so a thousand classes listed one after the other would hold the build for a minute.
@@ -96,10 +96,10 @@ def list_class_folders(file_root: str, file_filters: list[str] | None, dir_filte
     """
     match_file = _matcher(file_filters if file_filters is not None else DEFAULT_FILE_FILTERS, case_sensitive)
     match_dir = _matcher(dir_filters, case_sensitive) if dir_filters else (lambda name: True)
-    if _storage.is_remote(file_root):
+    if storage.is_remote(file_root):
         found, listings = _list_remote_root(file_root, match_file, match_dir)
     else:
-        local_root = _storage.local_path(file_root)
+        local_root = storage.local_path(file_root)
         if not os.path.isdir(local_root):
             what = "is not a directory" if os.path.exists(local_root) else "does not exist"
             raise ListingError("file_root", f"{file_root!r} {what}")
@@ -143,7 +143,7 @@ def _list_remote_root(file_root: str, match_file, match_dir) -> tuple[dict, dict
     :func:`_class_files` gives it; the class folders are listed concurrently. On object stores
     a folder is a key prefix: an empty one does not exist, and a file has no link to follow."""
     try:
-        entries = _storage.list_dir(file_root)
+        entries = storage.list_dir(file_root)
     except NotADirectoryError:
         raise ListingError("file_root", f"{file_root!r} is not a directory (it is an object)") from None
     except FileNotFoundError as e:
@@ -154,7 +154,7 @@ def _list_remote_root(file_root: str, match_file, match_dir) -> tuple[dict, dict
 
     def one(cls: str):
         try:
-            names = [n for n, is_dir in _storage.list_dir(_storage.join(file_root, cls))
+            names = [n for n, is_dir in storage.list_dir(storage.join(file_root, cls))
                      if not is_dir and match_file(n)]
         except OSError as e:
             return f"class folder cannot be listed: {_remote_why(e)}"
@@ -176,13 +176,13 @@ def read_file_list(file_list: str) -> tuple[list[str], list[int]]:
     """Parse a text file of ``path label`` lines (the path may contain spaces; blank lines are skipped).
     ``file_list`` may be a URL."""
     try:
-        if _storage.is_remote(file_list):
-            lines = _storage.read_bytes(file_list).decode("utf-8").splitlines()
+        if storage.is_remote(file_list):
+            lines = storage.read_bytes(file_list).decode("utf-8").splitlines()
         else:
-            with open(_storage.local_path(file_list), encoding="utf-8") as f:
+            with open(storage.local_path(file_list), encoding="utf-8") as f:
                 lines = f.read().splitlines()
     except OSError as e:
-        why = _remote_why(e) if _storage.is_remote(file_list) else (e.strerror or e)
+        why = _remote_why(e) if storage.is_remote(file_list) else (e.strerror or e)
         raise ListingError("file_list", f"cannot open {file_list!r}: {why}") from None
     except UnicodeDecodeError as e:
         raise ListingError("file_list", f"{file_list!r} is not UTF-8 text: {e}") from None

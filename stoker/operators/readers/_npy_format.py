@@ -5,7 +5,7 @@ A ``.npy`` file is a magic string, a header (a Python dict literal with
 the form ``numpy.save`` writes for plain types is matched directly; any other is
 parsed with NumPy's own ``numpy.lib.format`` readers, so every version of the
 format NumPy writes is understood. The elements are then read through
-:mod:`._storage`, and only the byte range a region of interest needs: the rows
+:mod:`.storage`, and only the byte range a region of interest needs: the rows
 of the slowest axis that the box covers (axis 0 in C order, the last axis in
 Fortran order).
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 
 # NumPy parses the header's dict with ast.literal_eval, which CPython 3.11 can break on when
 # threads call it at once ("AST constructor recursion depth mismatch"): one parse at a time.
@@ -33,7 +33,7 @@ _HEADER_LOCK = threading.Lock()
 
 # Enough for the magic, the length field and the header of any array NumPy writes with a
 # shape of up to a few dozen dimensions; a longer header is read in a second call.
-_HEAD_BYTES = 512
+HEAD_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _plain_header(text: bytes) -> tuple[tuple[int, ...], bool, np.dtype] | None:
 
 def read_header(path: str) -> NpyHeader:
     """The header of the ``.npy`` file at ``path`` (one small read, two for a long header)."""
-    head = _read_head(path, _HEAD_BYTES)
+    head = _read_head(path, HEAD_BYTES)
     got = parse_header(head, path)
     if isinstance(got, int):
         head = _read_head(path, got)
@@ -131,7 +131,7 @@ def read_header(path: str) -> NpyHeader:
 
 
 def _read_head(path: str, size: int) -> bytes:
-    with _storage.open_binary(path) as f:
+    with storage.open_binary(path) as f:
         return f.read(size)
 
 
@@ -169,7 +169,7 @@ def read_array(path: str, h: NpyHeader, start: list[int] | None = None,
     if nrows == 0 or row == 0 or any(b >= e for b, e in zip(start, stop)):
         box = tuple(max(e - b, 0) for b, e in zip(start, stop))
         return np.empty(box, h.dtype.newbyteorder("="))
-    data = _storage.read_bytes(path, h.offset + lo * row, nrows * row)
+    data = storage.read_bytes(path, h.offset + lo * row, nrows * row)
     arr = np.frombuffer(data, h.dtype, count=nrows * row // h.dtype.itemsize)
     if ndim:
         arr = arr.reshape((nrows, *sshape[1:]))
@@ -256,7 +256,7 @@ def _truncated(path: str, h: NpyHeader, size: int):
 
 
 def _check_length(path: str, h: NpyHeader) -> None:
-    size = _storage.file_size(path)
+    size = storage.file_size(path)
     if size < h.offset + h.nbytes:
         raise NpyFormatError(f"{path!r}: truncated .npy file ({size} bytes; the header describes "
                              f"{h.offset + h.nbytes}: shape {h.shape}, dtype {h.dtype})")

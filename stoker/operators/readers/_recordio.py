@@ -21,7 +21,7 @@ import struct
 
 import numpy as np
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._listing import ListingError
 
 MAGIC = 0xCED7230A
@@ -35,11 +35,11 @@ def read_index(index_path: str, rec_paths: list[str]) -> tuple[np.ndarray, np.nd
     sizes = []
     for p in rec_paths:
         try:
-            sizes.append(_storage.file_size(p))
+            sizes.append(storage.file_size(p))
         except OSError as e:
             raise ListingError("path", str(e)) from None
     try:
-        text = _storage.read_bytes(index_path).decode("utf-8", "replace")
+        text = storage.read_bytes(index_path).decode("utf-8", "replace")
     except OSError as e:
         raise ListingError("index_path", str(e)) from None
     words = text.split()

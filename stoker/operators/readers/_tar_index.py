@@ -19,7 +19,7 @@ from __future__ import annotations
 import tarfile
 from dataclasses import dataclass
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 
 INDEX_VERSION = "v1.2"
 
@@ -51,7 +51,7 @@ def tar_members(path: str) -> list[tuple[str, int, int]]:
     """``(name, data offset, size)`` of the regular files of a tar archive, in archive order
     (long names and pax headers resolved by :mod:`tarfile`). Raises OSError naming the file."""
     try:
-        with _storage.open_binary(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        with storage.open_binary(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
             return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
     except tarfile.TarError as e:
         raise OSError(f"cannot read tar archive {path!r}: {e}") from None
@@ -80,7 +80,7 @@ def scan_samples(path: str) -> list[list[Component]]:
 def read_index(index_path: str) -> list[list[Component]]:
     """The samples listed by a webdataset index ("v1.1" or "v1.2"). Raises ValueError naming the
     file and line of a malformed one."""
-    lines = _storage.read_bytes(index_path).decode("utf-8", "surrogateescape").splitlines()
+    lines = storage.read_bytes(index_path).decode("utf-8", "surrogateescape").splitlines()
     head = lines[0].split() if lines else []
     if len(head) != 2 or head[0] not in ("v1.1", "v1.2") or not head[1].isdigit():
         raise ValueError(f"{index_path}:1: expected a header 'v1.2 <number of samples>' (or v1.1), got "

@@ -22,7 +22,7 @@ import struct
 
 import numpy as np
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._proto import BYTES, FIXED32, VARINT, ProtoError, fields
 
 _log = logging.getLogger("stoker")
@@ -79,9 +79,9 @@ def scan_records(path: str) -> tuple[list[int], list[int], dict[int, str]]:
     offsets: list[int] = []
     sizes: list[int] = []
     broken: dict[int, str] = {}
-    total = _storage.file_size(path)
+    total = storage.file_size(path)
     verify = checksums_verified()
-    with _storage.open_binary(path) as f:
+    with storage.open_binary(path) as f:
         offset = 0
         while offset < total:
             f.seek(offset)
@@ -109,7 +109,7 @@ def scan_records(path: str) -> tuple[list[int], list[int], dict[int, str]]:
 def read_index(index_path: str) -> tuple[list[int], list[int]]:
     """The (offsets, sizes) of DALI's TFRecord index: one line "offset size" per record. Raises
     ValueError naming the file and line of a malformed one."""
-    text = _storage.read_bytes(index_path).decode("utf-8", "replace")
+    text = storage.read_bytes(index_path).decode("utf-8", "replace")
     offsets: list[int] = []
     sizes: list[int] = []
     for number, line in enumerate(text.splitlines(), 1):

@@ -20,9 +20,9 @@ import threading
 
 import numpy as np
 
-from stoker.operators.readers import _proto
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
+from stoker.operators.readers._proto import ProtoError, fields, last_bytes, last_int, to_int32
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
 
@@ -195,30 +195,30 @@ class CaffeReader(LMDBReader):
     def parse_sample(self, i: int, raw) -> tuple:
         """The outputs of a ``Datum`` (``raw``: its bytes, or a uint8 view of them)."""
         try:
-            f = _proto.fields(raw)
-        except _proto.ProtoError as e:
+            f = fields(raw)
+        except ProtoError as e:
             raise ValueError(f"{self.sample_source(i)} is not a Caffe Datum ({len(raw)} bytes): {e}") from None
         out = []
         if self.args["image_available"]:
             out.append(self._image(f, i))
         if self.args["label_available"]:
-            label = _proto.last_int(f, 5)
+            label = last_int(f, 5)
             if label is None:
                 raise ValueError(f"{self.sample_source(i)}: the Datum has no label; read it with "
                                  "label_available=False")
-            out.append(np.array([_proto.to_int32(label)], dtype=np.int32))
+            out.append(np.array([to_int32(label)], dtype=np.int32))
         return tuple(out)
 
     def _image(self, f: dict, i: int) -> np.ndarray:
-        data = _proto.last_bytes(f, 4)
+        data = last_bytes(f, 4)
         if data is None:
             raise ValueError(f"{self.sample_source(i)}: the Datum has no image data; read it with "
                              "image_available=False")
-        encoded = _proto.last_int(f, 7)
+        encoded = last_int(f, 7)
         pixels = np.frombuffer(data, dtype=np.uint8)
         if encoded is None or encoded:  # an absent flag counts as encoded, as in DALI
             return pixels
-        shape = tuple(_proto.to_int32(_proto.last_int(f, k, 0)) for k in (2, 3, 1))  # height, width, channels
+        shape = tuple(to_int32(last_int(f, k, 0)) for k in (2, 3, 1))  # height, width, channels
         if min(shape) < 0 or int(np.prod(shape)) != pixels.size:
             raise ValueError(f"{self.sample_source(i)}: a raw image of height x width x channels = "
                              f"{' x '.join(map(str, shape))} does not fit its {pixels.size} bytes")

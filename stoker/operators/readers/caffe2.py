@@ -27,7 +27,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from stoker.operators.readers import _proto
+from stoker.operators.readers._proto import (
+    ProtoError,
+    all_bytes,
+    fields,
+    last_bytes,
+    last_int,
+    messages,
+    repeated_float,
+    repeated_int32,
+    repeated_int64,
+    repeated_varints,
+    to_int64,
+)
 from stoker.operators.readers.caffe import LMDB_READER_ARGS, LMDBReader
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
 
@@ -44,18 +56,18 @@ def _caffe2_outputs(args: dict) -> int:
 
 
 def _data_type(t: dict) -> int:
-    return _proto.last_int(t, 2, _FLOAT)  # proto2 default of TensorProto.data_type is FLOAT
+    return last_int(t, 2, _FLOAT)  # proto2 default of TensorProto.data_type is FLOAT
 
 
 def _values(t: dict, want: str) -> np.ndarray:
     """The tensor's numbers: FLOAT -> float32, INT32 -> int32, INT64 -> int64."""
     dt = _data_type(t)
     if dt == _FLOAT:
-        return _proto.repeated_float(t, 3)
+        return repeated_float(t, 3)
     if dt == _INT32:
-        return _proto.repeated_int32(t, 4)
+        return repeated_int32(t, 4)
     if dt == _INT64 and want == "any":
-        return _proto.repeated_int64(t, 10)
+        return repeated_int64(t, 10)
     allowed = "FLOAT or INT32" if want == "label" else "FLOAT, INT32 or INT64"
     raise ValueError(f"has data type {_TYPE_NAMES.get(dt, dt)}; expected {allowed}")
 
@@ -103,8 +115,8 @@ class Caffe2Reader(LMDBReader):
         """The outputs of a ``TensorProtos`` record (``raw``: its bytes, or a uint8 view of them)."""
         where = self.sample_source(i)
         try:
-            tensors = _proto.messages(_proto.fields(raw), 1)
-        except _proto.ProtoError as e:
+            tensors = messages(fields(raw), 1)
+        except ProtoError as e:
             raise ValueError(f"{where} is not a Caffe2 TensorProtos ({len(raw)} bytes): {e}") from None
         a = self.args
         needed = self.num_outputs + int(a["label_type"] == MULTI_LABEL_WEIGHTED_SPARSE)
@@ -140,16 +152,16 @@ class Caffe2Reader(LMDBReader):
     def _image(t: dict) -> np.ndarray:
         dt = _data_type(t)
         if dt == _STRING:
-            strings = _proto.all_bytes(t, 6)
+            strings = all_bytes(t, 6)
             if not strings:
                 raise ValueError("a STRING image tensor without string_data")
             return np.frombuffer(strings[0], dtype=np.uint8)
         if dt == _BYTE:
-            dims = [_proto.to_int64(d) for d in _proto.repeated_varints(t, 1)]
+            dims = [to_int64(d) for d in repeated_varints(t, 1)]
             if len(dims) not in (2, 3):
                 raise ValueError(f"a BYTE image needs dims (H, W[, C]), has {dims}")
             shape = (dims[0], dims[1], dims[2] if len(dims) == 3 else 1)
-            pixels = np.frombuffer(_proto.last_bytes(t, 5) or b"", dtype=np.uint8)
+            pixels = np.frombuffer(last_bytes(t, 5) or b"", dtype=np.uint8)
             if min(shape) < 0 or int(np.prod(shape)) != pixels.size:
                 raise ValueError(f"dims {dims} do not fit the {pixels.size} bytes of byte_data")
             return pixels.reshape(shape)

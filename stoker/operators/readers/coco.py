@@ -30,7 +30,8 @@ import logging
 
 import numpy as np
 
-from stoker.operators.readers import _coco_annotations, _storage
+from stoker.operators.readers import storage
+from stoker.operators.readers._coco_annotations import CocoIndex, load, parse_json, save
 from stoker.operators.readers._coco_masks import pixelwise_mask, require_pycocotools
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
@@ -130,20 +131,20 @@ class COCOReader(IndexedReader):
         if bool(a["save_preprocessed_annotations"]) != bool(a["save_preprocessed_annotations_dir"]):
             raise self._arg_error("save_preprocessed_annotations",
                                   "and save_preprocessed_annotations_dir must be given together")
-        self._index: _coco_annotations.CocoIndex | None = None
+        self._index: CocoIndex | None = None
 
     # --- listing -------------------------------------------------------------------------------
     def list_samples(self) -> int:
         a = self._opts
         segm = self._polygons or a["pixelwise_masks"]
         if a["preprocessed_annotations"]:
-            index = _coco_annotations.load(a["preprocessed_annotations"])
+            index = load(a["preprocessed_annotations"])
             if segm and not index.has_segmentation or a["pixelwise_masks"] and not index.has_rle:
                 what = "pixelwise_masks" if a["pixelwise_masks"] else "polygon_masks"
                 raise ListingError(what, f"the preprocessed annotations in {a['preprocessed_annotations']!r} were "
                                          f"saved without masks; save them again with {what}=True")
         else:
-            index = _coco_annotations.parse_json(
+            index = parse_json(
                 a["annotations_file"], images=a["images"], ltrb=a["ltrb"], ratio=a["ratio"],
                 skip_empty=a["skip_empty"], size_threshold=a["size_threshold"],
                 include_iscrowd=a["include_iscrowd"], remap_classes=not a["avoid_class_remapping"],
@@ -153,7 +154,7 @@ class COCOReader(IndexedReader):
                              index.missing_images, len(a["images"]), a["annotations_file"])
         if a["save_preprocessed_annotations"]:
             try:
-                _coco_annotations.save(index, a["save_preprocessed_annotations_dir"])
+                save(index, a["save_preprocessed_annotations_dir"])
             except OSError as e:
                 raise ListingError("save_preprocessed_annotations_dir", f"cannot write there: {e}") from None
         self._index = index
@@ -171,19 +172,19 @@ class COCOReader(IndexedReader):
     # --- reading -------------------------------------------------------------------------------
     def _path(self, i: int) -> str:
         root, name = self._opts["file_root"], self._index.filenames[i]
-        return _storage.join(root, name) if root else name
+        return storage.join(root, name) if root else name
 
     def reads_ranges(self) -> bool:
         """Batches through the I/O helper process when the images are local files."""
         root = self._opts["file_root"]
         if root:
-            return not _storage.is_remote(root) and not any("://" in n for n in self._index.filenames)
-        return not any(_storage.is_remote(n) for n in self._index.filenames)
+            return not storage.is_remote(root) and not any("://" in n for n in self._index.filenames)
+        return not any(storage.is_remote(n) for n in self._index.filenames)
 
     def sample_range(self, i: int) -> tuple[str, int, None]:
         """The whole image file (the annotations come from the parsed index, not from a read)."""
         path = self._path(i)
-        return (path if _storage.is_remote(path) else _storage.local_path(path)), 0, None
+        return (path if storage.is_remote(path) else storage.local_path(path)), 0, None
 
     def parse_sample(self, i: int, raw) -> tuple:
         """The outputs of sample ``i``: ``raw`` (the image file's bytes, a uint8 array) and its

@@ -33,7 +33,15 @@ import numpy as np
 from stoker import types
 from stoker.errors import PipelineBuildError
 from stoker.operators.base import Operator
-from stoker.operators.readers import _external_gpu, _py_workers
+from stoker.operators.readers._external_gpu import (
+    DeviceSamples,
+    cupy_ndarray,
+    device_array,
+    device_batch,
+    mark_ready,
+    to_device,
+)
+from stoker.operators.readers._py_workers import STOP, WorkerPool
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import TensorCPU, TensorListCPU, to_numpy
 
@@ -178,7 +186,7 @@ class ExternalSource(Operator):
         """Start the worker processes of parallel mode, once (``Pipeline.start_py_workers`` calls
         this before the build, which then finds them started)."""
         if self.parallel and self.kind == "call1" and self._pool is None:
-            self._pool = _py_workers.WorkerPool(self.args["source"], pipe.py_num_workers, pipe.py_start_method)
+            self._pool = WorkerPool(self.args["source"], pipe.py_num_workers, pipe.py_start_method)
             try:
                 self._pool.start()
             except Exception as e:  # noqa: BLE001 - pickling errors come in many types
@@ -199,7 +207,7 @@ class ExternalSource(Operator):
         batches = self._split_outputs(data)
         out = [self._as_samples(b, k) for k, b in enumerate(batches)]
         if self.on_device:
-            _external_gpu.mark_ready(out, cuda_stream if cuda_stream is not None else self.args["cuda_stream"])
+            mark_ready(out, cuda_stream if cuda_stream is not None else self.args["cuda_stream"])
         if layout:
             out = (out, layout)
         if self.args["repeat_last"]:
@@ -227,7 +235,7 @@ class ExternalSource(Operator):
         if isinstance(outs, tuple):
             outs, layout = outs
         elif self.on_device and self.kind != "feed":  # (fed data was marked by feed())
-            _external_gpu.mark_ready(outs, self.args["cuda_stream"])
+            mark_ready(outs, self.args["cuda_stream"])
         self.iteration += 1
         sizes = {len(o) for o in outs}
         if len(sizes) != 1:
@@ -308,14 +316,14 @@ class ExternalSource(Operator):
         _, futures = self._ahead.popleft()
         if self.batch_mode:
             res = futures.result()
-            if isinstance(res, str) and res == _py_workers.STOP:
+            if isinstance(res, str) and res == STOP:
                 self._stop_parallel()
             outs = self._split_outputs(res)
             return [self._as_samples(b, k) for k, b in enumerate(outs)]
         samples = []
         for f in futures:
             part = f.result()
-            if isinstance(part, str) and part == _py_workers.STOP:
+            if isinstance(part, str) and part == STOP:
                 self._stop_parallel()
             samples.extend(part)
         return self._samples_to_outputs(samples)
@@ -353,7 +361,7 @@ class ExternalSource(Operator):
         """One output's batch (list of samples, dense array, torch tensor, TensorList) as NumPy samples
         (device='gpu': device data as device arrays)."""
         if self.on_device:
-            on_gpu = _external_gpu.device_batch(batch)
+            on_gpu = device_batch(batch)
             if on_gpu is not None:
                 return self._check(on_gpu, k)
         if isinstance(batch, TensorListCPU):
@@ -379,13 +387,13 @@ class ExternalSource(Operator):
 
     def _on_device(self, samples: list) -> list:
         """device='gpu': a list holding device arrays becomes DeviceSamples (run_gpu keeps them there)."""
-        if self.on_device and any(isinstance(s, _external_gpu.cupy_ndarray()) for s in samples):
-            return _external_gpu.DeviceSamples(samples)
+        if self.on_device and any(isinstance(s, cupy_ndarray()) for s in samples):
+            return DeviceSamples(samples)
         return samples
 
     def _as_sample(self, x, k: int) -> np.ndarray:
-        if self.on_device and (not isinstance(x, np.ndarray) or isinstance(x, _external_gpu.cupy_ndarray())):
-            arr = _external_gpu.device_array(x)
+        if self.on_device and (not isinstance(x, np.ndarray) or isinstance(x, cupy_ndarray())):
+            arr = device_array(x)
             if arr is not None:
                 return arr  # (copied on the device at run time unless no_copy)
         if isinstance(x, np.ndarray):
@@ -445,7 +453,7 @@ class ExternalSource(Operator):
     def run_gpu(self, batch, inputs, arg_inputs):
         outs, layout = batch.prepared
         copy = not self.args["no_copy"]
-        return [_external_gpu.to_device(samples, lay, batch, copy)
+        return [to_device(samples, lay, batch, copy)
                 for samples, lay in zip(outs, self._layouts_for(layout, len(outs)))]
 
     def output_layouts(self, input_layouts):

@@ -6,8 +6,8 @@ The sample's ``source_info`` is the path as DALI reports it (relative to
 
 ``file_root``, ``file_list`` and ``files`` may be fsspec URLs (``s3://``, ``gs://``,
 ``http(s)://``): listing, the list file and the samples are then read through
-:mod:`._storage` (retries, the local cache: see :mod:`._remote`). Local files are read by
-the I/O helper process when it is on (:mod:`._io_worker`); remote files are read in this
+:mod:`.storage` (retries, the local cache: see :mod:`.remote`). Local files are read by
+the I/O helper process when it is on (:mod:`.io_worker`); remote files are read in this
 process instead, each batch fetched concurrently in one call while the next batch is
 fetched ahead on a thread of its own (the helper is plain Python without fsspec, and a
 batch of remote reads waits on the network, not on the GIL).
@@ -28,9 +28,8 @@ import numpy as np
 from stoker import settings
 from stoker.errors import printable
 from stoker.operators.base import Reader
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
-from stoker.operators.readers._io_worker import ReadWorker
 from stoker.operators.readers._listing import (
     DEFAULT_FILE_FILTERS,
     ListingError,
@@ -38,16 +37,17 @@ from stoker.operators.readers._listing import (
     read_file_list,
 )
 from stoker.operators.readers._order import ShardedOrder
+from stoker.operators.readers.io_worker import ReadWorker
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import TensorListCPU
 
 _log = logging.getLogger("stoker")
 
 
-def _wants_io_process(num_threads: int) -> bool:
+def wants_io_process(num_threads: int) -> bool:
     """Whether files are read by the I/O helper process: ``STOKER_READER_PROCESS`` = 1 / 0, or
     "auto" (default): with 4 or more pipeline threads on Linux, where the GIL traffic of
-    reading in the pipeline's own process costs the most (measured on an H100, see _io_worker)."""
+    reading in the pipeline's own process costs the most (measured on an H100, see io_worker)."""
     mode = settings.get().reader_process  # None: auto
     if not hasattr(os, "memfd_create") or mode is False:
         return False
@@ -114,17 +114,17 @@ class FileReader(IndexedReader):
             if len(a["labels"]) != len(a["files"]):
                 raise self._arg_error("labels", f"has {len(a['labels'])} labels for {len(a['files'])} files")
         self._broken: dict[int, str] = {}
-        self._use_worker = False  # read through the I/O helper process (see _io_worker)
+        self._use_worker = False  # read through the I/O helper process (see io_worker)
         self._worker = None
         self._worker_thread = None  # waits on the helper for the next batch's files
         self._pending_read = None  # (paths, future) of the batch read ahead
-        self._remote = False  # some files are URLs: read with _storage.read_many, never by the helper
+        self.remote = False  # some files are URLs: read with storage.read_many, never by the helper
 
     def bind_pipeline(self, pipe) -> None:
         """At build, and again for each trial of num_threads="auto" (stoker.pipeline.tuning): a
         helper no longer wanted is stopped; one wanted starts on the next batch."""
         self._batch_size = max(1, pipe.batch_size)
-        self._use_worker = _wants_io_process(getattr(pipe, "num_threads", 1) or 1)
+        self._use_worker = wants_io_process(getattr(pipe, "num_threads", 1) or 1)
         # the mixed decoders' JPEG structure check (strict), done by the I/O process when wanted
         from stoker.backend.jpeg_scan_check import structure_check_wanted
 
@@ -154,27 +154,27 @@ class FileReader(IndexedReader):
                     raise ListingError("files", "is empty")
                 base = root
             elif a["file_list"] is not None:
-                _storage.require(a["file_list"])
+                storage.require(a["file_list"])
                 paths, labels = read_file_list(a["file_list"])
-                base = root if root is not None else _storage.parent(a["file_list"])
+                base = root if root is not None else storage.parent(a["file_list"])
             else:
-                _storage.require(root)
+                storage.require(root)
                 paths, labels, broken = list_class_folders(root, a["file_filters"], a["dir_filters"],
                                                            a["case_sensitive_filter"])
                 base = root
             # (a file:// path is read as the local path it names, also by the I/O helper process)
-            full_paths = [q if _storage.is_remote(q) else _storage.local_path(q)
-                          for q in (_storage.join(base, p) for p in paths)]
+            full_paths = [q if storage.is_remote(q) else storage.local_path(q)
+                          for q in (storage.join(base, p) for p in paths)]
             self._require_drivers(full_paths)
         except ListingError as e:
             raise self._arg_error(e.arg, str(e)) from None
-        except _storage.StorageUnavailableError as e:
+        except storage.StorageUnavailableError as e:
             raise self._arg_error(self._remote_arg(), str(e)) from None
         if len(paths) < a["num_shards"]:
             raise self._arg_error("num_shards", f"{a['num_shards']} shards for only {len(paths)} files")
         self.paths = paths
         self.full_paths = full_paths
-        self._remote = any(_storage.is_remote(p) for p in full_paths)
+        self.remote = any(storage.is_remote(p) for p in full_paths)
         self._broken = broken
         if broken:
             shown = "; ".join(f"{printable(paths[i])}: {printable(why)}" for i, why in list(broken.items())[:3])
@@ -196,32 +196,32 @@ class FileReader(IndexedReader):
         """Fail at build, not at the first sample, when a URL's scheme has no driver installed."""
         seen = set()
         for p in full_paths:
-            scheme = p.partition("://")[0] if _storage.is_remote(p) else None
+            scheme = p.partition("://")[0] if storage.is_remote(p) else None
             if scheme is not None and scheme not in seen:
                 seen.add(scheme)
-                _storage.require(p)
+                storage.require(p)
 
     def _remote_arg(self) -> str:
         """The argument that brought in the URLs (for errors)."""
         a = self.args
         for arg in ("file_root", "file_list"):
-            if a[arg] is not None and _storage.is_remote(a[arg]):
+            if a[arg] is not None and storage.is_remote(a[arg]):
                 return arg
         return "files" if a["files"] is not None else ("file_list" if a["file_list"] is not None else "file_root")
 
     def _maybe_remote(self) -> bool:
         """Whether files are URLs (known before listing from the arguments, for lazy_init)."""
         if self._order is not None:
-            return self._remote
+            return self.remote
         a = self.args
         given = [a["file_root"], a["file_list"], *(a["files"] or ())]
-        return any(p is not None and _storage.is_remote(p) for p in given)
+        return any(p is not None and storage.is_remote(p) for p in given)
 
     def load(self, ref) -> tuple:
         path = self.full_paths[ref]
         if ref in self._broken:  # found unreadable when listed: fails like a corrupt file
             raise OSError(f"cannot read file {path!r}: {self._broken[ref]}")
-        raw = _storage.read_bytes(path)  # (OSError naming the path, or URL after retries)
+        raw = storage.read_bytes(path)  # (OSError naming the path, or URL after retries)
         # A read-only view of the bytes object: no second copy (encoded data is never written).
         return np.frombuffer(raw, dtype=np.uint8), self.labels[ref:ref + 1].copy()
 
@@ -241,9 +241,9 @@ class FileReader(IndexedReader):
 
     def run_cpu(self, batch, inputs, arg_inputs):
         """Read the batch's files: through the I/O helper process when it is on (see
-        :mod:`._io_worker`), reading the next batch ahead; URLs concurrently, also reading the
+        :mod:`.io_worker`), reading the next batch ahead; URLs concurrently, also reading the
         next batch ahead; else on the thread pool."""
-        if self._remote:
+        if self.remote:
             return self._run_remote(batch)
         worker = self._io()
         if worker is None:
@@ -267,7 +267,7 @@ class FileReader(IndexedReader):
         return self._assemble(batch, refs, paths, samples, errors, hints, located)
 
     def _run_remote(self, batch):
-        """A batch of URLs: fetched in one concurrent call (:func:`._storage.read_many`), and the
+        """A batch of URLs: fetched in one concurrent call (:func:`.storage.read_many`), and the
         next batch's fetch started on the read-ahead thread before this one is handed on."""
         refs = batch.prepared
         paths = [self.full_paths[r] for r in refs]
@@ -278,8 +278,8 @@ class FileReader(IndexedReader):
         if pending is not None and pending[0] == paths:
             got = pending[1].result()
         else:
-            got = _storage.read_many(paths)
-        self._read_ahead(len(refs), _storage.read_many)
+            got = storage.read_many(paths)
+        self._read_ahead(len(refs), storage.read_many)
         samples = [np.frombuffer(g, dtype=np.uint8) if isinstance(g, bytes) else None for g in got]
         errors = {i: g for i, g in enumerate(got) if not isinstance(g, bytes)}
         return self._assemble(batch, refs, paths, samples, errors)

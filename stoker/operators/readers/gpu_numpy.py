@@ -29,7 +29,7 @@ import numpy as np
 
 from stoker import settings
 from stoker.operators.gpu_registry import register_gpu
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers.numpy import read_window
 
 _log = logging.getLogger("stoker")
@@ -59,7 +59,7 @@ class _Staging:
         self._lock = threading.Lock()
 
     def acquire(self, nbytes: int):
-        from stoker.backend.cuda import _cupy
+        from stoker.backend.cuda import cupy
 
         with self._lock:
             fits = [k for k, (buf, _) in enumerate(self._free) if buf.size >= nbytes]
@@ -69,7 +69,7 @@ class _Staging:
             if ev is not None:
                 ev.synchronize()  # (the copy that read it: long done, as a rule)
             return buf
-        cp = _cupy()
+        cp = cupy()
         size = 1 << max(20, (max(nbytes, 1) - 1).bit_length())
         if self.device:
             return cp.empty(size, cp.uint8)
@@ -91,7 +91,7 @@ def _staging(op, device: bool) -> _Staging:
     return st
 
 
-def _refs_for(op, ctx) -> list:
+def batch_refs(op, ctx) -> list:
     """The batch's references as the executor now holds the batch: samples skipped since the last
     call are gone (refills were appended by ``advance``), substituted ones (``None``) take the
     nearest good sample before them (else after), as the executor substitutes; a batch the
@@ -115,7 +115,7 @@ def _refs_for(op, ctx) -> list:
 def prepare(op, ctx, inputs, arg_inputs):
     """Host half: plan and read the batch into pinned (or GDS device) staging. Returns the plan
     for :func:`run_gpu` (a dict; its ``cancel`` returns the staging when the batch is dropped)."""
-    refs = _refs_for(op, ctx)
+    refs = batch_refs(op, ctx)
     n = len(refs)
     ctx.sources = [op.sample_source(r) for r in refs]
     policy = op.args.get("on_error") or ctx.on_error
@@ -162,7 +162,7 @@ def prepare(op, ctx, inputs, arg_inputs):
         _staging(op, False).release(host)
         if dev is not None:
             _staging(op, True).release(dev)
-        return _failed(op, ctx, refs, policy)
+        return record_failures(op, ctx, refs, policy)
     plan = {"host": host, "dev": dev, "total": total, "offsets": offsets, "shapes": shapes, "dtype": dtype,
             "sources": list(ctx.sources), "gds": [k for k in range(n) if direct[k] and dev is not None],
             "sizes": sizes}
@@ -177,7 +177,7 @@ def prepare(op, ctx, inputs, arg_inputs):
     return plan
 
 
-def _failed(op, ctx, refs, policy):
+def record_failures(op, ctx, refs, policy):
     """Record the failed samples for the executor (it reports, refills or substitutes them and
     prepares the batch again): skipped ones leave the references, substituted ones become None."""
     for k in sorted(ctx.failures, reverse=True):
@@ -191,7 +191,7 @@ def _failed(op, ctx, refs, policy):
 def _read_into(path: str, offset: int, out: np.ndarray) -> None:
     """Read ``out.size`` bytes of ``path`` from ``offset`` straight into ``out`` (pinned memory)."""
     view = memoryview(out)
-    with _storage.open_binary(path) as f:
+    with storage.open_binary(path) as f:
         f.seek(offset)
         got = 0
         while got < out.size:
@@ -206,7 +206,7 @@ def _gds_read(path: str, h, dev, lo: int, size: int) -> None:
     """Read a sample's elements with kvikio (GPUDirect Storage where the file system has it)."""
     import kvikio
 
-    if _storage.is_remote(path):
+    if storage.is_remote(path):
         raise OSError(f"cannot read file {path!r} with GPUDirect Storage: not a local file")
     try:
         with kvikio.CuFile(path, "r") as f:
@@ -228,7 +228,7 @@ def run_gpu(op, batch, inputs, arg_inputs):
     if not isinstance(plan, dict):  # (no host half ran: read on the host, then copy)
         return host_fallback(op, batch, inputs, arg_inputs)
     op._gpu_refs.pop(batch.iteration, None)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     stream = cuda.current_stream(batch)
     total, host, dev = plan["total"], plan.pop("host"), plan["dev"]
     out = cp.empty(max(total, _ALIGN), cp.uint8)

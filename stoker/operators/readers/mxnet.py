@@ -10,9 +10,10 @@ The data set is the index's records in offset order. A sample's ``source_info`` 
 
 from __future__ import annotations
 
-from stoker.operators.readers import _recordio, _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
+from stoker.operators.readers._recordio import parse_image_record, read_index
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
 
@@ -43,7 +44,7 @@ class MXNetReader(IndexedReader):
         if len(index) != 1:
             raise ListingError("index_path", f"takes one index file, got {len(index)}")
         self._paths = list(paths)
-        self._file_of, self._offsets, self._sizes = _recordio.read_index(index[0], self._paths)
+        self._file_of, self._offsets, self._sizes = read_index(index[0], self._paths)
         return len(self._offsets)
 
     def sample_source(self, i: int) -> str:
@@ -55,14 +56,14 @@ class MXNetReader(IndexedReader):
             digest.update(a.tobytes())
 
     def reads_ranges(self) -> bool:
-        return not any(_storage.is_remote(p) for p in self._paths)
+        return not any(storage.is_remote(p) for p in self._paths)
 
     def sample_range(self, i: int) -> tuple[str, int, int]:
         return self._paths[self._file_of[i]], int(self._offsets[i]), int(self._sizes[i])
 
     def parse_sample(self, i: int, raw) -> tuple:
         try:
-            return _recordio.parse_image_record(raw)
+            return parse_image_record(raw)
         except ValueError as e:
             raise ValueError(f"{self.sample_source(i)}: {e}") from None
 

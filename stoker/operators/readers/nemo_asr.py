@@ -23,7 +23,7 @@ import numpy as np
 
 from stoker import types
 from stoker.operators.audio.decoder import check_decode_args, decode_audio
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers.file import READER_ARGS
@@ -101,7 +101,7 @@ class NemoAsrReader(IndexedReader):
         entries = []
         for manifest in a["manifest_filepaths"]:
             try:
-                text = _storage.read_bytes(manifest).decode("utf-8")
+                text = storage.read_bytes(manifest).decode("utf-8")
             except OSError as e:
                 raise ListingError("manifest_filepaths", str(e)) from None
             except UnicodeDecodeError:
@@ -114,9 +114,9 @@ class NemoAsrReader(IndexedReader):
                 if a["max_duration"] > 0 and duration > a["max_duration"]:
                     continue
                 path = entry["audio_filepath"]
-                if not os.path.isabs(path) and "://" not in path and not _storage.exists(path):
-                    beside = _storage.join(folder, path)
-                    if _storage.exists(beside):
+                if not os.path.isabs(path) and "://" not in path and not storage.exists(path):
+                    beside = storage.join(folder, path)
+                    if storage.exists(beside):
                         path = beside
                 entries.append({"path": path, "offset": float(entry.get("offset", 0.0) or 0.0),
                                 "duration": duration, "text": str(entry.get("text", "") or "")})
@@ -133,7 +133,7 @@ class NemoAsrReader(IndexedReader):
 
     def load_sample(self, i: int) -> tuple:
         a, e = self.args, self._entries[i]
-        with _storage.open_binary(e["path"]) as f:
+        with storage.open_binary(e["path"]) as f:
             try:
                 # the rate output is the file's, also when the audio is resampled (as in DALI)
                 audio, rate = decode_audio(f, self.dtype, a["downmix"], max(a["sample_rate"], 0.0), a["quality"],

@@ -6,7 +6,7 @@ The files are the matches of ``file_filter`` under ``file_root`` (its own
 files first, listed as ``./name``, then those of each sub-folder in sorted
 order; deeper folders are not searched), the lines of ``file_list`` or
 ``files``. ``source_info`` is the path as listed; errors name the full path.
-Any of them may be a URL (``s3://...``; see :mod:`._storage`): whole files are then read
+Any of them may be a URL (``s3://...``; see :mod:`.storage`): whole files are then read
 with one request each, regions of interest with ranged reads.
 
 With a region of interest (``roi_*`` / ``rel_roi_*``, per-sample tensors
@@ -29,9 +29,20 @@ import numpy as np
 from stoker.errors import OperatorError
 from stoker.operators.image.geometry import round_half_away
 from stoker.operators.image.slice import box_window
-from stoker.operators.readers import _npy_format, _npy_roi, _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
+from stoker.operators.readers._npy_format import (
+    HEAD_BYTES,
+    NpyFormatError,
+    NpyHeader,
+    array_from_bytes,
+    parse_header,
+    read_array,
+    read_elements_fd,
+    read_header,
+)
+from stoker.operators.readers._npy_roi import POLICIES, ROI_ARGS, conflicts, has_roi, roi_box
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import TensorListCPU
@@ -40,14 +51,14 @@ from stoker.tensors import TensorListCPU
 def list_npy_tree(file_root: str, pattern: str) -> list[str]:
     """Files of ``file_root`` matching ``pattern`` (case-sensitive glob): its own files as
     ``./name``, then the files of each sub-folder as ``sub/name``, every folder sorted by name."""
-    if not _storage.isdir(file_root):
-        what = "is not a directory" if _storage.exists(file_root) else "does not exist"
+    if not storage.isdir(file_root):
+        what = "is not a directory" if storage.exists(file_root) else "does not exist"
         raise ListingError("file_root", f"{file_root!r} {what}")
 
     def files_of(folder: str) -> tuple[list[str], list[str]]:
-        if _storage.is_remote(folder):  # (a URL: listed with retries, see _remote)
+        if storage.is_remote(folder):  # (a URL: listed with retries, see remote)
             try:
-                entries = _storage.list_dir(folder)
+                entries = storage.list_dir(folder)
             except OSError as e:
                 raise ListingError("file_root", f"cannot list {folder!r}: {e}") from None
             return ([n for n, is_dir in entries if not is_dir and fnmatch.fnmatchcase(n, pattern)],
@@ -71,7 +82,7 @@ def list_npy_tree(file_root: str, pattern: str) -> list[str]:
     top, subdirs = files_of(file_root)
     paths = [f"./{n}" for n in top]
     for d in subdirs:
-        paths += [f"{d}/{n}" for n in files_of(_storage.join(file_root, d))[0]]
+        paths += [f"{d}/{n}" for n in files_of(storage.join(file_root, d))[0]]
     if not paths:
         raise ListingError("file_root", f"no files matching {pattern!r} in {file_root!r} or its sub-folders")
     return paths
@@ -79,13 +90,13 @@ def list_npy_tree(file_root: str, pattern: str) -> list[str]:
 
 def _read_list(file_list: str) -> list[str]:
     try:
-        if _storage.is_remote(file_list):
-            lines = [ln.strip() for ln in _storage.read_bytes(file_list).decode("utf-8").splitlines()]
+        if storage.is_remote(file_list):
+            lines = [ln.strip() for ln in storage.read_bytes(file_list).decode("utf-8").splitlines()]
         else:
             with open(file_list, encoding="utf-8") as f:
                 lines = [ln.strip() for ln in f.read().splitlines()]
     except OSError as e:
-        why = e if _storage.is_remote(file_list) else (e.strerror or e)
+        why = e if storage.is_remote(file_list) else (e.strerror or e)
         raise ListingError("file_list", f"cannot open {file_list!r}: {why}") from None
     paths = [ln for ln in lines if ln]
     if not paths:
@@ -144,15 +155,15 @@ class NumpyReader(IndexedReader):
             raise self._arg_error("files", "give either files or file_list, not both")
         if a["files"] is None and a["file_list"] is None and a["file_root"] is None:
             raise self._arg_error("file_root", "is required unless files or file_list is given")
-        if a["out_of_bounds_policy"] not in _npy_roi.POLICIES:
-            raise self._arg_error("out_of_bounds_policy", f"must be one of {', '.join(_npy_roi.POLICIES)}, "
+        if a["out_of_bounds_policy"] not in POLICIES:
+            raise self._arg_error("out_of_bounds_policy", f"must be one of {', '.join(POLICIES)}, "
                                   f"got {a['out_of_bounds_policy']!r}")
-        why = _npy_roi.conflicts({k for k in _npy_roi.ROI_ARGS if a.get(k) is not None})
+        why = conflicts({k for k in ROI_ARGS if a.get(k) is not None})
         if why:
             raise self._arg_error("roi_start", why)
-        self._headers: dict[int, _npy_format.NpyHeader] = {}
+        self._headers: dict[int, NpyHeader] = {}
         self._headers_lock = threading.Lock()
-        self._header_texts: dict[bytes, _npy_format.NpyHeader] = {}  # header text -> its parse
+        self._header_texts: dict[bytes, NpyHeader] = {}  # header text -> its parse
         # device="gpu": the references each iteration's advance() took, for the host half of the
         # GPU path (gpu_numpy.prepare), which the executor does not hand them to.
         self._gpu_refs: dict[int, list] = defaultdict(list)
@@ -172,12 +183,12 @@ class NumpyReader(IndexedReader):
             base = root
         elif a["file_list"] is not None:
             paths = _read_list(a["file_list"])
-            base = root if root is not None else _storage.parent(a["file_list"])
+            base = root if root is not None else storage.parent(a["file_list"])
         else:
             paths = list_npy_tree(root, a["file_filter"])
             base = root
         self.paths = paths
-        self.full_paths = [_storage.join(base, p) if base else p for p in paths]
+        self.full_paths = [storage.join(base, p) if base else p for p in paths]
         return len(paths)
 
     def sample_source(self, i: int) -> str:
@@ -190,8 +201,8 @@ class NumpyReader(IndexedReader):
         """Whole files on the CPU: batches through the I/O helper (see IndexedReader). A region
         of interest reads part of each file, here, as before."""
         a = self.args
-        return self.device == "cpu" and not any(a.get(k) is not None for k in _npy_roi.ROI_ARGS) \
-            and not any(_storage.is_remote(p) for p in self.full_paths)
+        return self.device == "cpu" and not any(a.get(k) is not None for k in ROI_ARGS) \
+            and not any(storage.is_remote(p) for p in self.full_paths)
 
     def sample_range(self, i: int) -> tuple[str, int, None]:
         return self.full_paths[i], 0, None
@@ -203,17 +214,17 @@ class NumpyReader(IndexedReader):
         if self.args["cache_header_information"] and i not in self._headers:
             with self._headers_lock:
                 self._headers[i] = h
-        return (_npy_format.array_from_bytes(path, h, raw),)
+        return (array_from_bytes(path, h, raw),)
 
-    def _parsed_header(self, raw, path: str) -> _npy_format.NpyHeader:
+    def _parsed_header(self, raw, path: str) -> NpyHeader:
         """The header at the start of ``raw``: parsed once per distinct header text (files of one
         data set mostly share it), since parsing takes tens of microseconds of Python a file."""
         h = self._header_or_need(raw, path)
         if isinstance(h, int):
-            raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+            raise NpyFormatError(f"{path!r}: truncated .npy header")
         return h
 
-    def _header_or_need(self, raw, path: str) -> _npy_format.NpyHeader | int:
+    def _header_or_need(self, raw, path: str) -> NpyHeader | int:
         """As :meth:`_parsed_header`, but the number of bytes needed when ``raw`` is too short."""
         if len(raw) >= 12 and raw[6] in (1, 2, 3):
             end = 10 + int(raw[8]) + (int(raw[9]) << 8) if raw[6] == 1 else \
@@ -224,7 +235,7 @@ class NumpyReader(IndexedReader):
                 return h
         else:
             key = None
-        h = _npy_format.parse_header(raw, path)
+        h = parse_header(raw, path)
         if isinstance(h, int):
             return h
         if key is not None and len(self._header_texts) < 256:
@@ -238,18 +249,18 @@ class NumpyReader(IndexedReader):
         return refs
 
     # --- reading ------------------------------------------------------------------------------
-    def header(self, i: int) -> _npy_format.NpyHeader:
+    def header(self, i: int) -> NpyHeader:
         """The header of file ``i`` (cached with ``cache_header_information``)."""
         h = self._headers.get(i)
         if h is None:
-            h = _npy_format.read_header(self.full_paths[i])
+            h = read_header(self.full_paths[i])
             self._check_dtype(i, h)
             if self.args["cache_header_information"]:
                 with self._headers_lock:
                     self._headers[i] = h
         return h
 
-    def _check_dtype(self, i: int, h: _npy_format.NpyHeader) -> None:
+    def _check_dtype(self, i: int, h: NpyHeader) -> None:
         want = self.args["dtype"]
         if want is not None and np.dtype(want) != h.dtype.newbyteorder("="):
             raise ValueError(f"argument 'dtype': {self.full_paths[i]!r} holds {h.dtype.newbyteorder('=')} "
@@ -259,9 +270,9 @@ class NumpyReader(IndexedReader):
         """``(header, window)`` of sample ``i`` with one sample's arguments ``args``: ``window``
         is None for the whole array, else ``(out_shape, start, padded)`` (see ``box_window``)."""
         h = self.header(i)
-        if not _npy_roi.has_roi(args):
+        if not has_roi(args):
             return h, None
-        axes, begin, end = _npy_roi.roi_box(args, h.shape)
+        axes, begin, end = roi_box(args, h.shape)
         if args["out_of_bounds_policy"] == "error" and not all(
                 0 <= b and e <= h.shape[ax] for ax, b, e in zip(axes, begin, end)):
             box = ", ".join(f"[{b}, {e})" for b, e in zip(begin, end))
@@ -272,21 +283,21 @@ class NumpyReader(IndexedReader):
 
     def read(self, i: int, args: dict) -> np.ndarray:
         """Sample ``i`` as an array (its region of interest when ``args`` give one)."""
-        if _LOCAL_READS and not _npy_roi.has_roi(args) and not _storage.is_remote(self.full_paths[i]):
+        if _LOCAL_READS and not has_roi(args) and not storage.is_remote(self.full_paths[i]):
             return self._read_local(i)
-        if not _npy_roi.has_roi(args) and i not in self._headers:
+        if not has_roi(args) and i not in self._headers:
             # The whole array with a header not known yet: one read of the whole file (one open)
             # instead of a read of the header and another of the elements.
             path = self.full_paths[i]
-            data = _storage.read_bytes(path)
-            h = _npy_format.parse_header(data, path)
+            data = storage.read_bytes(path)
+            h = parse_header(data, path)
             if isinstance(h, int):
-                raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+                raise NpyFormatError(f"{path!r}: truncated .npy header")
             self._check_dtype(i, h)
             if self.args["cache_header_information"]:
                 with self._headers_lock:
                     self._headers[i] = h
-            return _npy_format.array_from_bytes(path, h, data)
+            return array_from_bytes(path, h, data)
         h, window = self.plan(i, args)
         return read_window(self.full_paths[i], h, window, args["fill_value"])
 
@@ -296,7 +307,7 @@ class NumpyReader(IndexedReader):
         path = self.full_paths[i]
         h = self._headers.get(i)
         try:
-            fd = os.open(_storage.local_path(path), _OPEN_FLAGS)
+            fd = os.open(storage.local_path(path), _OPEN_FLAGS)
         except OSError as e:
             raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
         try:
@@ -306,20 +317,20 @@ class NumpyReader(IndexedReader):
                 if self.args["cache_header_information"]:
                     with self._headers_lock:
                         self._headers[i] = h
-            return _npy_format.read_elements_fd(fd, path, h)
+            return read_elements_fd(fd, path, h)
         except OSError as e:
             raise OSError(f"cannot read file {path!r}: {e.strerror or e}") from None
         finally:
             os.close(fd)
 
-    def _header_of_fd(self, fd: int, path: str) -> _npy_format.NpyHeader:
-        head = os.pread(fd, _npy_format._HEAD_BYTES, 0)
+    def _header_of_fd(self, fd: int, path: str) -> NpyHeader:
+        head = os.pread(fd, HEAD_BYTES, 0)
         h = self._header_or_need(np.frombuffer(head, np.uint8), path)
-        if isinstance(h, int) and len(head) == _npy_format._HEAD_BYTES:  # (a long header)
+        if isinstance(h, int) and len(head) == HEAD_BYTES:  # (a long header)
             head = os.pread(fd, h, 0)
             h = self._header_or_need(np.frombuffer(head, np.uint8), path)
         if isinstance(h, int):
-            raise _npy_format.NpyFormatError(f"{path!r}: truncated .npy header")
+            raise NpyFormatError(f"{path!r}: truncated .npy header")
         return h
 
     def run_cpu(self, batch, inputs, arg_inputs):
@@ -358,13 +369,13 @@ class NumpyReader(IndexedReader):
         super().close()
 
 
-def read_window(path: str, h: _npy_format.NpyHeader, window, fill_value: float) -> np.ndarray:
+def read_window(path: str, h: NpyHeader, window, fill_value: float) -> np.ndarray:
     """The array of file ``path`` cut to ``window`` (see :meth:`NumpyReader.plan`), C-ordered."""
     if window is None:
-        return _npy_format.read_array(path, h)
+        return read_array(path, h)
     out_shape, start, padded = window
     if not padded:
-        return _npy_format.read_array(path, h, start, [s + n for s, n in zip(start, out_shape)])
+        return read_array(path, h, start, [s + n for s, n in zip(start, out_shape)])
     # Pad: read the part of the box inside the array, place it in an array of fill values.
     lo = [min(max(s, 0), e) for s, e in zip(start, h.shape)]
     hi = [max(min(s + n, e), l0) for s, n, e, l0 in zip(start, out_shape, h.shape, lo)]
@@ -372,10 +383,10 @@ def read_window(path: str, h: _npy_format.NpyHeader, window, fill_value: float) 
     out = np.empty(out_shape, dtype)
     out[...] = fill_in(fill_value, dtype)
     if all(b < e for b, e in zip(lo, hi)):
-        inside = _npy_format.read_array(path, h, lo, hi)
+        inside = read_array(path, h, lo, hi)
         out[tuple(slice(b - s, e - s) for b, e, s in zip(lo, hi, start))] = inside
     elif h.nbytes:
-        _npy_format.read_array(path, h, [0] * len(h.shape), [0] * len(h.shape))  # (checks the file's size)
+        read_array(path, h, [0] * len(h.shape), [0] * len(h.shape))  # (checks the file's size)
     return out
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from stoker import types
 from stoker.operators.decoders.cpu import decode_cpu
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers.file import READER_ARGS
@@ -110,9 +110,9 @@ class SequenceReader(IndexedReader):
         folder, frames = self._windows[i]
         out = None
         for k, name in enumerate(frames):
-            path = _storage.join(self._root, f"{folder}/{name}")
+            path = storage.join(self._root, f"{folder}/{name}")
             try:
-                img = decode_cpu(_storage.read_bytes(path), self.args["image_type"])
+                img = decode_cpu(storage.read_bytes(path), self.args["image_type"])
             except ValueError as e:
                 raise ValueError(f"cannot decode frame {path!r}: {e}") from None
             if out is None:

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from stoker import tfrecord as tfrec
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._proto import ProtoError
@@ -151,7 +151,7 @@ class TFRecordReader(IndexedReader):
 
     # --- reading ------------------------------------------------------------------------------
     def reads_ranges(self) -> bool:
-        return not any(_storage.is_remote(p) for p in self.args["path"])
+        return not any(storage.is_remote(p) for p in self.args["path"])
 
     def sample_range(self, i: int) -> tuple[str, int, int]:
         return self.args["path"][self._file[i]], int(self._offset[i]), int(self._size[i])

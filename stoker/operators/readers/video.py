@@ -6,10 +6,10 @@ frames from one clip; windows start every ``step`` frames (default:
 ``first + sequence_length * stride`` is within the clip (DALI's rule), or, with
 ``pad_sequences``, while its first frame is in the clip (the missing frames
 are zero, their frame numbers and timestamps -1). Clips are listed and
-demuxed once at build (:mod:`stoker.operators.video._listing`); a sample seeks
+demuxed once at build (:mod:`stoker.operators.video.clip_listing`); a sample seeks
 to the key frame before its window and decodes only from there, or, when an
 earlier window of the clip stopped before it with no key frame between,
-decodes on from there (:mod:`stoker.operators.video._pool`).
+decodes on from there (:mod:`stoker.operators.video.decoder_pool`).
 
 Outputs, in DALI's order: the frames ``(F, H, W, C)`` layout "FHWC" (uint8,
 or float32 with ``dtype=types.FLOAT``, divided by 255 with ``normalized``);
@@ -37,7 +37,7 @@ from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers.file import READER_ARGS
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.operators.video import _av, _listing, _pool
+from stoker.operators.video import clip_listing, decoder_pool, pyav
 
 _FRAME_NUM = {"none": None, "false": None, "0": None, "scalar": "scalar", "true": "scalar", "1": "scalar",
               "sequence": "sequence"}
@@ -116,7 +116,7 @@ class VideoReader(IndexedReader):
 
     def setup(self) -> None:
         super().setup()
-        _av.require_av()
+        pyav.require_av()
         a = self.args
         for name in ("sequence_length", "stride"):
             if a[name] < 1:
@@ -137,7 +137,7 @@ class VideoReader(IndexedReader):
         if a["channels"] not in (want_c, 3):
             raise self._arg_error("channels", f"must be {want_c} for image_type {a['image_type'].name}")
         self._outputs = video_outputs(a)
-        self._decoders = _pool.DecoderPool()
+        self._decoders = decoder_pool.DecoderPool()
 
     def output_layouts(self, input_layouts):
         return ["FHWC"] + [""] * (len(self._outputs) - 1)
@@ -145,9 +145,9 @@ class VideoReader(IndexedReader):
     # --- listing --------------------------------------------------------------------------------
     def list_samples(self) -> int:
         a = self.args
-        self._clips = _listing.list_clips(a)
-        _listing.probe_clips(self._clips, a)
-        self._which, self._first = _listing.windows(self._clips, a["sequence_length"], a["stride"], self._step,
+        self._clips = clip_listing.list_clips(a)
+        clip_listing.probe_clips(self._clips, a)
+        self._which, self._first = clip_listing.windows(self._clips, a["sequence_length"], a["stride"], self._step,
                                                     a["pad_sequences"])
         if self._which.size == 0:
             span = a["sequence_length"] * a["stride"]
@@ -166,7 +166,7 @@ class VideoReader(IndexedReader):
         first = int(self._first[i])
         return clip.name if first < 0 else f"{clip.name} (frame {first})"
 
-    def window(self, i: int) -> tuple[_listing.Clip, np.ndarray]:
+    def window(self, i: int) -> tuple[clip_listing.Clip, np.ndarray]:
         """Sample ``i``'s clip and frame indices, -1 for frames past the clip's range (padding).
         Raises OSError when the clip could not be probed at listing."""
         clip = self._clips[int(self._which[i])]
@@ -183,7 +183,7 @@ class VideoReader(IndexedReader):
         size = self.decode_size(clip)
         real = idx[idx >= 0]
         decoder = self._decoders.acquire(clip.path, clip.path, clip.info, int(real.min()), repr(clip.path))
-        frames = _av.decode_frames(clip.path, clip.info, real, repr(clip.path), self.args["image_type"], size,
+        frames = pyav.decode_frames(clip.path, clip.info, real, repr(clip.path), self.args["image_type"], size,
                                    decoder=decoder)
         self._decoders.release(clip.path, decoder)  # (a decoder that raised is closed and not returned)
         video = self.assemble(frames, idx, clip)
@@ -216,7 +216,7 @@ class VideoReader(IndexedReader):
 
     def assemble(self, frames: dict, idx: np.ndarray, clip) -> np.ndarray:
         """The window's FHWC uint8 frames, zero frames for padding."""
-        shape = _av.stack(list(frames.values()), repr(clip.path)).shape[1:]
+        shape = pyav.stack(list(frames.values()), repr(clip.path)).shape[1:]
         out = np.zeros((idx.size, *shape), np.uint8)
         for j, k in enumerate(idx):
             if k >= 0:

@@ -5,7 +5,7 @@ filter arguments (``resize_x``, ``resize_y``, ``size``, ``resize_shorter``,
 ``resize_longer``, ``max_size``, ``mode``, ``interp_type``, ``antialias`` ...).
 The output size is ``resize``'s plan. With the default filter (linear,
 antialiased), a whole-frame region and RGB/BGR frames, the decoder resizes each
-frame in swscale as it converts it (:func:`stoker.operators.video._av.decode_frames`
+frame in swscale as it converts it (:func:`stoker.operators.video.pyav.decode_frames`
 with ``size``): about 10x cheaper than ``resize`` on 720p frames, and within a
 few levels of it (tests/operators/video/test_video_resize.py states by how
 much). Other filters, regions and image types run stoker's own ``resize`` on
@@ -23,7 +23,7 @@ import math
 from stoker import types
 from stoker.errors import arg_error
 from stoker.operators.image.geometry import resize_plan
-from stoker.operators.image.resize import Resize, _filters
+from stoker.operators.image.resize import Resize, resize_filters
 from stoker.operators.readers.video import VIDEO_ARGS, VideoReader, video_outputs
 from stoker.operators.schema import Schema, register
 
@@ -58,7 +58,7 @@ class VideoResizeReader(VideoReader):
         # and its plan cache; its errors name the reader.
         self._resize = Resize(static, "cpu", op_seed=self.op_seed, origin=self.origin, name=self.instance_name)
         args = self._resize.args
-        self._swscale = (all(f in _LINEAR for f in _filters(args)) and args["antialias"]
+        self._swscale = (all(f in _LINEAR for f in resize_filters(args)) and args["antialias"]
                          and args.get("roi_start") is None and args.get("roi_end") is None
                          and self.args["image_type"] in (types.RGB, types.BGR))
         self._sizes: dict[tuple[int, int], tuple[int, int] | None] = {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from stoker import types
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._indexed import IndexedReader
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._tar_index import Component, read_index, scan_samples, split_name
@@ -160,7 +160,7 @@ class WebdatasetReader(IndexedReader):
     def reads_ranges(self) -> bool:
         """Batches through the I/O helper when each sample's members are neighbours (one range
         covers them) and the archives are local files."""
-        if any(_storage.is_remote(p) for p in self.args["paths"]):
+        if any(storage.is_remote(p) for p in self.args["paths"]):
             return False
         return all(span is not None for span in self._span)
 
@@ -196,10 +196,10 @@ class WebdatasetReader(IndexedReader):
             hi = max(c.offset + c.size for c in present)
             if hi - lo <= sum(c.size for c in present) + _HEADER_SLACK * len(present):
                 # The members of a sample are neighbours in the archive: one read for all of them.
-                block = memoryview(_storage.read_bytes(path, lo, hi - lo))
+                block = memoryview(storage.read_bytes(path, lo, hi - lo))
                 data = {c.offset: block[c.offset - lo:c.offset - lo + c.size] for c in present}
             else:
-                data = {c.offset: _storage.read_bytes(path, c.offset, c.size) for c in present}
+                data = {c.offset: storage.read_bytes(path, c.offset, c.size) for c in present}
         return tuple(np.zeros(0, dt) if c is None else np.frombuffer(data[c.offset], dt)
                      for c, dt in zip(picked, self._dtypes))
 

@@ -21,7 +21,7 @@ def cast_array(x, dtype):
     """``x`` (CuPy) converted to ``dtype``: floats round halves away from zero and saturate into integer types."""
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     dtype = np.dtype(dtype)
     if dtype.kind in "iu" and x.dtype.kind == "f":
         info = np.iinfo(dtype)

@@ -116,7 +116,7 @@ def _merge(batch, branches: list, labels: np.ndarray):
         shapes[sel], src[sel] = part_shapes, ptrs
     sizes = np.prod(shapes, axis=1, dtype=np.int64)
     offsets = flat_offsets(sizes)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     buf = cp.empty(max(int(sizes.sum()), 1), dtype)
     if sizes.any():
         dst = buf.data.ptr + offsets * dtype.itemsize

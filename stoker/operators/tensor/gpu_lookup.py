@@ -31,7 +31,7 @@ def _elementwise(name: str, in_params: str, out_params: str, body: str, preamble
 
     k = _kernels.get(name)
     if k is None:
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         k = _kernels[name] = cp.ElementwiseKernel(in_params, out_params, body, f"stoker_{name}",
                                                   preamble=preamble)
     return k
@@ -79,7 +79,7 @@ def gpu_lookup_table(op, batch, inputs, arg_inputs):
         return [TensorListGPU([], layout, [])]
     if _input_dtype(x).kind not in "iu":
         return host_fallback(op, batch, inputs, arg_inputs)  # the CPU's error for other types
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     n = len(op.table)
     # The default after the table: every key outside [0, n) reads entry n.
     table = upload_table(np.append(op.table, op.default.astype(op.table.dtype)), batch)
@@ -135,7 +135,7 @@ def gpu_one_hot(op, batch, inputs, arg_inputs):
     plans = [_one_hot_shape(op, s) for s in x.shape()]
     if any(p is None for p in plans) or len({len(p[0]) for p in plans}) > 1:
         return host_fallback(op, batch, inputs, arg_inputs)  # the CPU's error, or mixed ranks
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     n = int(op.args["num_classes"])
     pair = upload_table(np.stack([op.off, op.on]).astype(op.on.dtype), batch)
     encode = _elementwise("one_hot", "raw T x, raw O pair, int64 n, int64 inner", "O y", _ONE_HOT_BODY,

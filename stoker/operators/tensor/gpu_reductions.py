@@ -43,7 +43,7 @@ def _sum_sq():
 
     k = _kernels.get("sum_sq")
     if k is None:
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         # (CuPy's device float16 converts to float, and so to double, exactly.)
         k = _kernels["sum_sq"] = cp.ReductionKernel(
             "T x, float64 m", "float64 y", "stoker_sq(stoker_dbl(x) - m)", "a + b", "y = a", "0", "stoker_sum_sq",
@@ -70,7 +70,7 @@ def reduce_array(name: str, a, axes: tuple, keep: bool, ddof: int = 0, mean=None
     """
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     if name == "sum":
         return cp.sum(a, axis=axes, dtype=_wide(a.dtype), keepdims=keep) if axes else a.astype(_wide(a.dtype))
     if name in ("min", "max"):
@@ -110,7 +110,7 @@ def _finish(op, out, in_dtype):
     if dtype.kind in "iu" and out.dtype.kind in "iu" and not np.can_cast(out.dtype, dtype):
         # Bound only the sides the source type reaches past, in the source type: a bound given as
         # a Python int that the source cannot hold (-128 for uint64) would not clip the same way.
-        cp = cuda._cupy()
+        cp = cuda.cupy()
         src, dst = np.iinfo(out.dtype), np.iinfo(dtype)
         if src.min < dst.min:
             out = cp.maximum(out, out.dtype.type(dst.min))

@@ -147,7 +147,7 @@ def retyped_views(x, dtype, shapes, layout: str):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     _check_rank(shapes)
     dtype = np.dtype(dtype)
     parts = x.flat_parts()
@@ -259,7 +259,7 @@ def _join(op, batch, inputs, arg_inputs, stack: bool):
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     if not _gpu_batches(inputs):
         return host_fallback(op, batch, inputs, arg_inputs)
     first = inputs[0]

@@ -31,7 +31,7 @@ def gpu_transpose(op, batch, inputs, arg_inputs):
     from stoker.operators.image.gpu_slice import copy_window_batch, sample_placement
     from stoker.tensors_gpu import TensorListGPU
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     x = inputs[0]
     perm = [int(p) for p in op.args["perm"]]
     layout = op.output_layouts([x.layout()])[0]

@@ -1,7 +1,7 @@
 """Video: ``decoders.video`` (and its ``experimental`` alias) on the CPU through PyAV.
 
 The readers (``readers.video``, ``readers.video_resize``) live in
-:mod:`stoker.operators.readers`; both share :mod:`._av`, the one module that
+:mod:`stoker.operators.readers`; both share :mod:`.pyav`, the one module that
 talks to PyAV (FFmpeg): probing a clip's frames without decoding them, the
 variable-frame-rate check, and decoding a chosen set of frames by seeking to
 the key frame before each run of them. ``gpu_video_reader`` is the NVDEC path

@@ -16,7 +16,7 @@ An index past the clip's end is padded by ``pad_mode``, on the frame index:
 ``reflect_1001``/``symmetric`` (index ``2n-1-i``), ``reflect_101``/``reflect``
 (index ``2n-2-i``), ``none`` (no padding: shorter output, an error for
 ``frames``). Only the frames needed are decoded, from the key frame before
-each run of them (:func:`stoker.operators.video._av.decode_frames`).
+each run of them (:func:`stoker.operators.video.pyav.decode_frames`).
 
 stoker decodes every codec FFmpeg (PyAV's wheel) decodes on the CPU, H.264,
 HEVC and AV1 included; DALI's CPU variant takes only VP8, VP9 and MJPEG.
@@ -28,7 +28,7 @@ import numpy as np
 
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.operators.video import _av
+from stoker.operators.video import pyav
 
 PAD_MODES = {"none": "none", "constant": "constant", "edge": "edge", "repeat": "edge",
              "reflect_1001": "reflect_1001", "symmetric": "reflect_1001", "reflect_101": "reflect_101",
@@ -87,7 +87,7 @@ def assemble(frames: dict, idx: np.ndarray, fill, where: str) -> np.ndarray:
     real = [frames[int(k)] for k in idx if k >= 0]
     if not real:
         raise ValueError(f"video {where}: every frame asked for is past the clip's end")
-    shape = _av.stack(list(frames.values()), where).shape[1:]
+    shape = pyav.stack(list(frames.values()), where).shape[1:]
     out = np.empty((len(idx), *shape), np.uint8)
     fill_px = np.broadcast_to(np.asarray(fill, np.uint8).reshape(-1), (shape[-1],)) if (idx < 0).any() else None
     for j, k in enumerate(idx):
@@ -122,7 +122,7 @@ class VideoDecoder(Operator):
     )
 
     def setup(self) -> None:
-        _av.require_av()
+        pyav.require_av()
         a = self.args
         if a["frames"] is not None and any(a.get(k) is not None for k in ("start_frame", "stride", "end_frame",
                                                                             "sequence_length")):
@@ -148,12 +148,12 @@ class VideoDecoder(Operator):
         if data.dtype != np.uint8 or data.ndim != 1:
             raise self.error(f"expects encoded bytes (uint8, 1-D) per sample, got {data.dtype} {data.shape}")
         where = repr(ctx.source) if ctx.source else f"sample {ctx.index}"
-        info = _av.probe(data, where)
+        info = pyav.probe(data, where)
         idx = select_frames(info.frames, args)
         fill = self.args["fill_value"]
         if len(fill) not in (1, 3):
             raise ValueError(f"argument 'fill_value': give one value or 3 (one per channel), got {len(fill)}")
-        frames = _av.decode_frames(data, info, idx[idx >= 0], where)
+        frames = pyav.decode_frames(data, info, idx[idx >= 0], where)
         return assemble(frames, idx, fill, where)
 
 

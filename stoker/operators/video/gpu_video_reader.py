@@ -151,9 +151,9 @@ def _stream_color(op, clip) -> ColorPlan | None:
     """``clip``'s colour plan, read from its stream's parameters once per reader."""
     cache = op.__dict__.setdefault("_nv12_colors", {})
     if clip.path not in cache:
-        from stoker.operators.video import _av
+        from stoker.operators.video import pyav
 
-        av = _av.require_av()
+        av = pyav.require_av()
         try:
             with av.open(clip.path) as c:
                 cc = c.streams.video[0].codec_context
@@ -180,13 +180,13 @@ def _build(op, ctx, refs: list) -> _Plan:
 def prepare(op, ctx, inputs, arg_inputs):
     """Host half: every sample's window and colour plan; a sample that fails is recorded for the
     executor (which skips and refills, or substitutes, and prepares the batch again)."""
-    from stoker.operators.readers.gpu_numpy import _failed, _refs_for
+    from stoker.operators.readers.gpu_numpy import batch_refs, record_failures
 
     op.__dict__.setdefault("_gpu_refs", defaultdict(list))
-    refs = _refs_for(op, ctx)
+    refs = batch_refs(op, ctx)
     plan = _build(op, ctx, refs)
     if ctx.failures:
-        return _failed(op, ctx, refs, op.args.get("on_error") or ctx.on_error)
+        return record_failures(op, ctx, refs, op.args.get("on_error") or ctx.on_error)
     return plan
 
 
@@ -235,7 +235,7 @@ class _Decoders:
 def _decoders(op, batch):
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     stream = cuda.current_stream(batch)
     d = op.__dict__.get("_nvdec")
     if d is None or d.stream_ptr != stream.ptr:
@@ -331,7 +331,7 @@ def run_gpu(op, batch, inputs, arg_inputs):
         if plan is not None:
             batch.prepared = plan.refs  # (what run_cpu reads)
         return host_fallback(op, batch, inputs, arg_inputs)
-    cp = cuda._cupy()
+    cp = cuda.cupy()
     if plan is None:  # (no host half ran: a bad clip raises here)
         plan = _build(op, dataclasses.replace(batch, pool=None), list(batch.prepared))
     batch.sources = plan.sources

@@ -11,7 +11,7 @@ current video; a batch never mixes two videos, so a video's last batch may be sm
 completed with zero frames. Running with no frames left to stream is an error, as in DALI
 (``blocking=True`` is accepted but stoker never waits: feed before running).
 
-Frames are decoded in order by one decoder per video (:class:`._av.FrameStream`): each frame once,
+Frames are decoded in order by one decoder per video (:class:`.pyav.FrameStream`): each frame once,
 never the whole video in memory. Demuxing the video (no decoding) when its turn comes gives its
 frame count.
 
@@ -46,7 +46,7 @@ import numpy as np
 from stoker.errors import StokerError, arg_error
 from stoker.operators.base import SAMPLE_ERRORS, Operator
 from stoker.operators.schema import REQUIRED, Arg, Schema, register
-from stoker.operators.video import _av
+from stoker.operators.video import pyav
 from stoker.tensors import TensorListCPU, to_numpy
 
 POLICIES = ("partial", "pad")
@@ -58,8 +58,8 @@ class _Video:
 
     data: np.ndarray
     where: str  # "fed video 3", for error messages and source info
-    info: _av.ClipInfo | None = None
-    stream: _av.FrameStream | None = None
+    info: pyav.ClipInfo | None = None
+    stream: pyav.FrameStream | None = None
     next_seq: int = 0
     sequences: int = 0
     failed: bool = False  # decoding failed in mid-video: the rest is dropped
@@ -100,7 +100,7 @@ class VideoInput(Operator):
     parallel_samples = False  # one decoder per video reads the sequences in order
 
     def setup(self) -> None:
-        _av.require_av()
+        pyav.require_av()
         a = self.args
         self.label = self.schema.name + (f" '{a['name']}'" if a.get("name") else "")
         if isinstance(a["sequence_length"], bool) or a["sequence_length"] < 1:
@@ -190,7 +190,7 @@ class VideoInput(Operator):
         while cur is None and self._queue:
             cur = self._queue.popleft()
             try:
-                cur.info = _av.probe(cur.data, repr(cur.where))
+                cur.info = pyav.probe(cur.data, repr(cur.where))
             except SAMPLE_ERRORS as e:
                 plan.items.append((cur, e))
                 cur.data = None
@@ -199,7 +199,7 @@ class VideoInput(Operator):
                 cur = None
                 continue
             cur.sequences = -(-cur.info.frames // self.args["sequence_length"])
-            cur.stream = _av.FrameStream(cur.data, cur.info, repr(cur.where))
+            cur.stream = pyav.FrameStream(cur.data, cur.info, repr(cur.where))
             cur.data = None  # (the stream holds it)
         self._current = cur
         return cur
@@ -236,7 +236,7 @@ class VideoInput(Operator):
             raise
         if stop == video.info.frames:
             video.stream.close()  # (planning is done with it: advance never touches a stream)
-        seq = _av.stack(frames, repr(video.where))
+        seq = pyav.stack(frames, repr(video.where))
         length = self.args["sequence_length"]
         if seq.shape[0] < length and self.args["last_sequence_policy"] == "pad":
             seq = np.concatenate([seq, np.zeros((length - seq.shape[0], *seq.shape[1:]), np.uint8)])

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from stoker.plugin.base_iterator import LastBatchPolicy
-from stoker.plugin.jax.iterator import DALIGenericIterator, _data_iterator_impl, _jax
+from stoker.plugin.jax.iterator import DALIGenericIterator, data_iterator_decorator, import_jax
 
 __all__ = ["DALIGenericPeekableIterator", "peekable_data_iterator", "get_spec_for_array"]
 
@@ -105,7 +105,7 @@ class DALIGenericPeekableIterator(DALIGenericIterator):
     def is_nonpadding(self):
         """Per row of the latest batch: True for samples of this epoch, False for the rows FILL took from the
         next epoch or padding (with ``reader_name``). Sharded like the outputs when ``sharding`` is set."""
-        jax = _jax()
+        jax = import_jax()
         if not self._reader_name:
             mask = np.ones(self._num_gpus * self.batch_size, dtype=bool)
         else:
@@ -121,6 +121,6 @@ def peekable_data_iterator(pipeline_fn=None, output_map=(), size=-1, reader_name
                            last_batch_padded=False, last_batch_policy=LastBatchPolicy.FILL,
                            prepare_first_batch=True, sharding=None, devices=None, pmap_compatible=None):
     """:func:`stoker.plugin.jax.data_iterator` that returns a :class:`DALIGenericPeekableIterator`."""
-    return _data_iterator_impl(DALIGenericPeekableIterator, pipeline_fn, list(output_map), size, reader_name,
-                               auto_reset, last_batch_padded, last_batch_policy, prepare_first_batch, sharding,
-                               devices, pmap_compatible)
+    return data_iterator_decorator(DALIGenericPeekableIterator, pipeline_fn, list(output_map), size, reader_name,
+                                   auto_reset, last_batch_padded, last_batch_policy, prepare_first_batch, sharding,
+                                   devices, pmap_compatible)

@@ -27,7 +27,8 @@ __all__ = ["DALIGenericIterator", "data_iterator", "to_jax", "default_num_thread
 _ALIGN = 64  # bytes: XLA's CPU client adopts host buffers aligned to this without copying
 
 
-def _jax():
+def import_jax():
+    """The ``jax`` module (with ``jax.dlpack``), or an ImportError that says how to install it."""
     try:
         import jax
         import jax.dlpack  # noqa: F401 - the submodule is not loaded by `import jax` alone
@@ -60,7 +61,7 @@ def to_jax(batch, name: str = "output"):
     The array lives on the batch's device (CPU batches on JAX's CPU device) and shares memory
     with it where XLA allows (see the module docstring).
     """
-    jax = _jax()
+    jax = import_jax()
     if hasattr(batch, "is_dense_tensor") and not batch.is_dense_tensor():
         raise _ragged_error(name, batch)
     if is_gpu_array(batch):
@@ -106,7 +107,7 @@ class DALIGenericIterator(BaseIterator):
     def __init__(self, pipelines, output_map, size=-1, reader_name=None, auto_reset=False,
                  last_batch_padded=False, last_batch_policy=LastBatchPolicy.FILL, prepare_first_batch=True,
                  sharding=None, pmap_compatible=None):
-        jax = _jax()
+        jax = import_jax()
         output_map = list(output_map)
         if not output_map or len(set(output_map)) != len(output_map):
             raise ValueError(f"JAX iterator: output_map needs distinct names, got {output_map}")
@@ -150,7 +151,7 @@ class DALIGenericIterator(BaseIterator):
         return out
 
     def _with_sharding(self, name: str, pieces: list):
-        jax = _jax()
+        jax = import_jax()
         rows = pieces[0].shape[0]
         global_shape = (len(pieces) * rows, *pieces[0].shape[1:])
         index_map = self._sharding.addressable_devices_indices_map(global_shape)
@@ -175,7 +176,7 @@ class DALIGenericIterator(BaseIterator):
         return jax.make_array_from_single_device_arrays(global_shape, self._sharding, arrays)
 
     def _stacked(self, pieces: list):
-        jax = _jax()
+        jax = import_jax()
         devices = [_device_of(p) for p in pieces]
         if len(set(devices)) == 1:  # every pipeline on one device (CPU pipelines): a plain stack
             return jax.numpy.stack(pieces)
@@ -207,7 +208,7 @@ def _make_iterator(iterator_type, func, args, wrapper_kwargs, checkpoints, it_kw
     """Build the pipelines of a decorated definition and wrap them in ``iterator_type``."""
     from stoker.pipeline.pipeline import pipeline_def
 
-    jax = _jax()
+    jax = import_jax()
     make_pipe = pipeline_def(func)
     wrapper_kwargs.setdefault("num_threads", default_num_threads_value())
     if sharding is None and devices is None:
@@ -239,8 +240,10 @@ def _make_iterator(iterator_type, func, args, wrapper_kwargs, checkpoints, it_kw
     return iterator_type(pipes, pmap_compatible=True if pmap_compatible is None else pmap_compatible, **it_kwargs)
 
 
-def _data_iterator_impl(iterator_type, pipeline_fn, output_map, size, reader_name, auto_reset, last_batch_padded,
-                        last_batch_policy, prepare_first_batch, sharding, devices, pmap_compatible):
+def data_iterator_decorator(iterator_type, pipeline_fn, output_map, size, reader_name, auto_reset, last_batch_padded,
+                            last_batch_policy, prepare_first_batch, sharding, devices, pmap_compatible):
+    """What ``data_iterator`` returns, for an iterator class ``iterator_type`` (shared by clu's
+    peekable form)."""
     if sharding is not None and devices is not None:
         raise ValueError("data_iterator: give sharding or devices, not both")
     it_kwargs = dict(output_map=output_map, size=size, reader_name=reader_name, auto_reset=auto_reset,
@@ -275,6 +278,6 @@ def data_iterator(pipeline_fn=None, output_map=(), size=-1, reader_name=None, au
       ``num_shards`` = the device count and ``batch_size`` = the global batch / device count, so
       the definition must accept ``shard_id`` and ``num_shards``.
     """
-    return _data_iterator_impl(DALIGenericIterator, pipeline_fn, list(output_map), size, reader_name, auto_reset,
-                               last_batch_padded, last_batch_policy, prepare_first_batch, sharding, devices,
-                               pmap_compatible)
+    return data_iterator_decorator(DALIGenericIterator, pipeline_fn, list(output_map), size, reader_name, auto_reset,
+                                   last_batch_padded, last_batch_policy, prepare_first_batch, sharding, devices,
+                                   pmap_compatible)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from stoker.plugin.tf import _convert
+from stoker.plugin.tf._convert import check_dtype, dense_batch, fit_shape, normalize_dtypes, normalize_shapes
 
 _log = logging.getLogger("stoker.plugin.tf")
 _WHO = "DALIDataset"
@@ -105,9 +105,9 @@ class _Runner:
             raise ValueError(f"{_WHO}: the pipeline gave {len(outs)} outputs, output_dtypes names {len(self.dtypes)}")
         result = []
         for k, (out, dtype, shape) in enumerate(zip(outs, self.dtypes, self.shapes)):
-            arr = _convert.dense_batch(out, k, _WHO)
-            _convert.check_dtype(arr, dtype, k, _WHO)
-            fitted = _convert.fit_shape(shape, arr.shape, self.pipe.max_batch_size, k, _WHO)
+            arr = dense_batch(out, k, _WHO)
+            check_dtype(arr, dtype, k, _WHO)
+            fitted = fit_shape(shape, arr.shape, self.pipe.max_batch_size, k, _WHO)
             result.append(arr.reshape(fitted) if fitted != arr.shape else arr)
         return result[0] if self.single else tuple(result)
 
@@ -223,8 +223,8 @@ class DALIDataset(tf.data.Dataset):
                  dtypes=None, shapes=None):
         output_dtypes = _renamed(output_dtypes, dtypes, "dtypes")
         output_shapes = _renamed(output_shapes, shapes, "shapes")
-        out_dtypes, single = _convert.normalize_dtypes(output_dtypes, _WHO)
-        out_shapes = _convert.normalize_shapes(output_shapes, len(out_dtypes), single, _WHO)
+        out_dtypes, single = normalize_dtypes(output_dtypes, _WHO)
+        out_shapes = normalize_shapes(output_shapes, len(out_dtypes), single, _WHO)
         pipe = pipeline
         if not hasattr(pipe, "build") or not hasattr(pipe, "run"):
             raise TypeError(f"{_WHO}: pipeline must be a stoker Pipeline, got {type(pipe).__name__}")

@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from stoker.plugin.tf import _convert
+from stoker.plugin.tf._convert import check_dtype, dense_batch, fit_shape, tf_sees_gpu, to_tf, to_tf_dtype
 from stoker.tensors import is_gpu_array
 
 _WHO = "DALIIterator"
@@ -64,7 +64,7 @@ def DALIIteratorWrapper(pipeline=None, serialized_pipeline=None, sparse=(), shap
     pipe.build()
     if batch_size not in (-1, None) and batch_size != pipe.max_batch_size:
         raise ValueError(f"{_WHO}: batch_size={batch_size}, but the pipeline's batch size is {pipe.max_batch_size}")
-    out_dtypes = [_convert.to_tf_dtype(d) for d in dtypes]
+    out_dtypes = [to_tf_dtype(d) for d in dtypes]
     n = len(pipe._outputs)
     if len(out_dtypes) != n:
         raise ValueError(f"{_WHO}: the pipeline has {n} outputs but dtypes gives {len(out_dtypes)} types")
@@ -73,7 +73,7 @@ def DALIIteratorWrapper(pipeline=None, serialized_pipeline=None, sparse=(), shap
     sparse = [bool(sparse[k]) if k < len(sparse) else False for k in range(n)]
     lock = _lock_for(pipe)
     gpu_out = [node.device == "gpu" for node in pipe._outputs]
-    keep_on_gpu = any(gpu_out) and _convert.tf_sees_gpu()
+    keep_on_gpu = any(gpu_out) and tf_sees_gpu()
 
     def step():
         with lock:
@@ -86,16 +86,16 @@ def DALIIteratorWrapper(pipeline=None, serialized_pipeline=None, sparse=(), shap
                 flat.extend(_sparse_parts(samples, out_dtypes[k]))
                 continue
             if keep_on_gpu and is_gpu_array(out):
-                t = _convert.to_tf(out, f"output {k}")
+                t = to_tf(out, f"output {k}")
                 if t.dtype != out_dtypes[k]:
                     raise TypeError(f"{_WHO}: output {k}: dtypes[{k}] is tf.{out_dtypes[k].name}, but the pipeline "
                                     f"gives tf.{t.dtype.name}")
-                fitted = _convert.fit_shape(out_shapes[k], tuple(t.shape), pipe.max_batch_size, k, _WHO)
+                fitted = fit_shape(out_shapes[k], tuple(t.shape), pipe.max_batch_size, k, _WHO)
                 flat.append(tf.reshape(t, fitted) if fitted != tuple(t.shape) else t)
                 continue
-            arr = _convert.dense_batch(out, k, _WHO)
-            _convert.check_dtype(arr, out_dtypes[k], k, _WHO)
-            fitted = _convert.fit_shape(out_shapes[k], arr.shape, pipe.max_batch_size, k, _WHO)
+            arr = dense_batch(out, k, _WHO)
+            check_dtype(arr, out_dtypes[k], k, _WHO)
+            fitted = fit_shape(out_shapes[k], arr.shape, pipe.max_batch_size, k, _WHO)
             flat.append(arr.reshape(fitted))
         return flat
 

@@ -64,7 +64,7 @@ def test_scan_with_hints_matches_scan_without(monkeypatch, max_pixels):
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd_create")
 def test_the_io_process_sends_each_files_hint(tmp_path):
-    from stoker.operators.readers._io_worker import ReadWorker
+    from stoker.operators.readers.io_worker import ReadWorker
 
     files = _samples()
     paths = []
@@ -96,7 +96,7 @@ def test_the_io_process_sends_each_files_hint(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd_create")
 def test_the_io_process_flags_jpegs_with_a_broken_structure(tmp_path):
     """The mixed decoders' strict mode reads the flag instead of checking in the pipeline's process."""
-    from stoker.operators.readers._io_worker import ReadWorker
+    from stoker.operators.readers.io_worker import ReadWorker
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "reliability"))
     import hostile_corpus as hc

@@ -103,7 +103,7 @@ def test_skip_drops_an_unreadable_file_and_keeps_the_rest(tmp_path, stoker_envir
 
 
 def test_slots_are_reused_once_a_batch_is_gone(sample_jpeg_dir):
-    from stoker.operators.readers._io_worker import ReadWorker
+    from stoker.operators.readers.io_worker import ReadWorker
 
     paths = sorted(str(p) for p in __import__("pathlib").Path(sample_jpeg_dir).rglob("*.jpg"))
     w = ReadWorker()

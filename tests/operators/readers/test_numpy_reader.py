@@ -262,19 +262,19 @@ def test_big_endian_files_are_read(tmp_path):
 
 
 def test_only_the_roi_rows_are_read(tmp_path, monkeypatch):
-    from stoker.operators.readers import _storage
+    from stoker.operators.readers import storage
 
     a = np.arange(100 * 50, dtype=np.float64).reshape(100, 50)
     np.save(tmp_path / "c.npy", a)
     np.save(tmp_path / "f.npy", np.asfortranarray(a))
     sizes = []
-    real = _storage.read_bytes
+    real = storage.read_bytes
 
     def spy(path, offset=0, size=None):
         sizes.append(size)
         return real(path, offset, size)
 
-    monkeypatch.setattr(_storage, "read_bytes", spy)
+    monkeypatch.setattr(storage, "read_bytes", spy)
     (batch,), _ = run_pipe("stoker", 2, 1, files=[str(tmp_path / "c.npy"), str(tmp_path / "f.npy")],
                            roi_start=[10, 5], roi_end=[12, 8])
     np.testing.assert_array_equal(batch[0][0], a[10:12, 5:8])

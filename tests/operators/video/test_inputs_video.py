@@ -164,16 +164,16 @@ def test_corrupt_buffer_is_skipped(videos):
 
 
 def test_decoding_error_in_mid_video_drops_the_rest_of_it(videos, monkeypatch):
-    from stoker.operators.video import _av
+    from stoker.operators.video import pyav
 
-    read = _av.FrameStream.read
+    read = pyav.FrameStream.read
 
     def failing(self, start, stop):  # the long video's second sequence does not decode
         if start == 4 and self.info.frames == 23:
             raise OSError(f"cannot read video {self.where}: frame 5 could not be decoded")
         return read(self, start, stop)
 
-    monkeypatch.setattr(_av.FrameStream, "read", failing)
+    monkeypatch.setattr(pyav.FrameStream, "read", failing)
     long, short = pyav_frames(videos["long"]), pyav_frames(videos["short"])
     pipe = build(3, on_error="skip", sequence_length=4)
     pipe.feed_input("v", [_bytes(videos["long"]), _bytes(videos["short"])])

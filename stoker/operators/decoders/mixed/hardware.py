@@ -182,7 +182,7 @@ def finish_hardware(op, kind, batch, prep: PreparedBatch, arg_inputs, st, stream
 
 
 def _finish(op, kind, batch, prep: PreparedBatch, arg_inputs, st, stream, t_start):
-    from stoker.operators.transfer import _ring, device_views
+    from stoker.operators.transfer import device_views, pinned_ring
     from stoker.tensors_gpu import TensorListGPU
 
     plan = prep.plan
@@ -205,7 +205,7 @@ def _finish(op, kind, batch, prep: PreparedBatch, arg_inputs, st, stream, t_star
     st.balance_share(engines_wait, max(helpers_wait, st.cpu_stage_helpers_wait))
     st.cpu_stage_helpers_wait = 0.0
     host = [img for img, _ in done]
-    ring = _ring(batch)
+    ring = pinned_ring(batch)
     fits = all(staged for _, staged in done)
     if fits and host:  # the CPU region of the buffer: one copy from the staging filled by the pool
         _upload_cpu_region(st, buf, prep.host, stream)

@@ -19,7 +19,7 @@ the GPU stage then uploads the region with one copy. A job that cannot be done
 process instead, where its error is raised or reported as usual.
 
 The helper is this file run as a script; it loads ``turbo.py`` and
-``_io_worker.py`` (message framing) by path, so it starts without importing
+``io_worker.py`` (message framing) by path, so it starts without importing
 stoker or CUDA. :class:`DecodeProcesses` is the pipeline-side handle.
 """
 
@@ -36,7 +36,7 @@ import threading
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DECODERS = os.path.dirname(_HERE)  # stoker/operators/decoders: turbo.py
-_IO_WORKER = os.path.join(os.path.dirname(_DECODERS), "readers", "_io_worker.py")
+_IO_WORKER = os.path.join(os.path.dirname(_DECODERS), "readers", "io_worker.py")
 
 
 def _load(name: str, path: str):
@@ -69,7 +69,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
     turbo = _load("_stoker_turbo", os.path.join(_DECODERS, "turbo.py"))
     # Below the pipeline's own threads (the thread feeding the JPEG engines above all), which
     # must not wait for a core while the helpers decode.
-    from stoker import settings  # (the helper imports stoker: _io_worker.start_helper)
+    from stoker import settings  # (the helper imports stoker: io_worker.start_helper)
 
     nice = settings.get().cpu_decode_nice
     if nice:
@@ -97,7 +97,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
             if not msg:
                 return
-            kind, slot, payload = io._recv_msg(sock)
+            kind, slot, payload = io.recv_msg(sock)
         except (EOFError, ConnectionError):
             return
         if kind == "map":  # a new slot: its file descriptor came with the message
@@ -127,7 +127,7 @@ def _reply_in_order(sock, io, replies) -> None:
         futures, started = item
         failed = [k for k, f in enumerate(futures) if f.exception() is not None or not f.result()]
         try:
-            io._send_msg(sock, (failed, started, time.perf_counter()))
+            io.send_msg(sock, (failed, started, time.perf_counter()))
         except OSError:  # the pipeline went away
             return
 
@@ -183,7 +183,7 @@ class _Slot:
         if pin:  # the upload then copies straight from here, as from any pinned buffer
             from stoker.backend import cuda
 
-            self.cp = cuda._cupy()
+            self.cp = cuda.cupy()
             self.cp.cuda.runtime.hostRegister(self.ptr, capacity, 0)
 
     def close(self) -> None:
@@ -241,7 +241,7 @@ class Pending:
 class _Helper:
     def __init__(self, threads: int, library: str, cores: list[int] | None = None):
         from stoker import settings
-        from stoker.operators.readers import _io_worker as io
+        from stoker.operators.readers import io_worker as io
 
         # The helper loads the library this process found, on the cores it is given.
         env = settings.child_environ(turbojpeg_lib=library)
@@ -271,11 +271,11 @@ class _Helper:
         with self.send_lock:
             if self.mapped.get(slot.key) != slot.capacity:
                 socket.send_fds(self.sock, [b"M"], [slot.fd])
-                self.io._send_msg(self.sock, ("map", slot.key, slot.capacity))
+                self.io.send_msg(self.sock, ("map", slot.key, slot.capacity))
                 self.mapped[slot.key] = slot.capacity
             self.waiting.append((pending, part))
             self.sock.sendall(b"J")
-            self.io._send_msg(self.sock, ("jobs", slot.key, jobs))
+            self.io.send_msg(self.sock, ("jobs", slot.key, jobs))
 
     def wait_for(self, pending: Pending) -> None:
         """Read answers in order until ``pending``'s has come (earlier ones belong to batches
@@ -283,7 +283,7 @@ class _Helper:
         self.is_ready(wait=True)
         with self.recv_lock:
             while any(p is pending for p, _ in self.waiting):
-                failed, started, finished = self.io._recv_msg(self.sock)
+                failed, started, finished = self.io.recv_msg(self.sock)
                 done, part = self.waiting.popleft()
                 done.answers[part] = failed
                 done.spans[part] = (started, finished)

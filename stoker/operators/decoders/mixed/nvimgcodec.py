@@ -128,7 +128,7 @@ def codec_call(st, prep: CodecBatch, stream) -> list:
 def finish_codec(op, kind, batch, prep: CodecBatch, arg_inputs, st, stream, t_start):
     """Device half: nvImageCodec's images (decoded now unless the CPU stage did), the failed
     ones retried on the host, and the host's images uploaded: a list ``TensorListGPU``."""
-    from stoker.operators.transfer import _ring, device_views
+    from stoker.operators.transfer import device_views, pinned_ring
     from stoker.tensors_gpu import TensorListGPU
 
     cp = cupy_mod()
@@ -150,7 +150,7 @@ def finish_codec(op, kind, batch, prep: CodecBatch, arg_inputs, st, stream, t_st
                 futures = (futures or []) + [early[i] if i in early else pool.submit(one, i) for i in retry]
     if cpu_idx:
         host = [f.result() for f in futures] if futures is not None else [one(i) for i in cpu_idx]
-        buf, offsets = _ring(batch).upload_many(host, stream)
+        buf, offsets = pinned_ring(batch).upload_many(host, stream)
         for i, view in zip(cpu_idx, device_views(buf, offsets, host)):
             results[i] = view  # (a 16-bit PNG under ANY_DATA stays uint16)
     out = TensorListGPU(results, "HWC", prep.sources[:n] or None)

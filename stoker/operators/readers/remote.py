@@ -1,4 +1,4 @@
-"""Remote reads for :mod:`._storage`: fsspec URLs (``s3://``, ``gs://``, ``http(s)://``, ...).
+"""Remote reads for :mod:`.storage`: fsspec URLs (``s3://``, ``gs://``, ``http(s)://``, ...).
 
 fsspec and the scheme's driver (``s3fs``, ``gcsfs``, ``aiohttp`` for HTTP) are optional
 packages (``pip install stoker[remote]``); a URL whose package is missing fails with

@@ -8,7 +8,7 @@ that is not installed raises :class:`StorageUnavailableError` (an ImportError,
 never a sample error) naming the package; readers raise it at build.
 
 Remote reads (retries, concurrency, readahead, the local cache and their
-settings) are described in :mod:`._remote`.
+settings) are described in :mod:`.remote`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import io
 import os
 
-from stoker.operators.readers import _remote
-from stoker.operators.readers._remote import StorageUnavailableError
+from stoker.operators.readers import remote
+from stoker.operators.readers.remote import StorageUnavailableError
 
 __all__ = ["StorageUnavailableError", "is_remote", "join", "parent", "require", "file_size", "exists", "isdir",
            "read_bytes", "read_many", "open_binary", "list_dir", "walk", "local_path"]
@@ -61,13 +61,13 @@ def require(path: str) -> None:
     """Raise StorageUnavailableError now if ``path`` is a URL whose packages are missing (for a
     reader's build: the error names the package to install)."""
     if is_remote(path):
-        _remote.filesystem(path)
+        remote.filesystem(path)
 
 
 def file_size(path: str) -> int:
     """Size of the file in bytes."""
     if is_remote(path):
-        return _remote.size_of(path)
+        return remote.size_of(path)
     try:
         return os.path.getsize(_local(path))
     except OSError as e:
@@ -77,14 +77,14 @@ def file_size(path: str) -> int:
 def exists(path: str) -> bool:
     """Whether a file or folder is there (False also when it cannot be looked up)."""
     if is_remote(path):
-        return _remote.exists(path)
+        return remote.exists(path)
     return os.path.exists(_local(path))
 
 
 def isdir(path: str) -> bool:
     """Whether ``path`` is a folder (a URL: a prefix with objects under it)."""
     if is_remote(path):
-        return _remote.isdir(path)
+        return remote.isdir(path)
     return os.path.isdir(_local(path))
 
 
@@ -92,10 +92,10 @@ def read_bytes(path: str, offset: int = 0, size: int | None = None) -> bytes:
     """``size`` bytes of the file from ``offset`` (to its end when ``size`` is None).
 
     A URL is read with a ranged request (only those bytes), retried on transient
-    errors, with readahead when records are read in order (see :mod:`._remote`).
+    errors, with readahead when records are read in order (see :mod:`.remote`).
     """
     if is_remote(path):
-        return _remote.read(path, offset, size)
+        return remote.read(path, offset, size)
     try:
         with open(_local(path), "rb", buffering=0) as f:
             if offset:
@@ -114,9 +114,9 @@ def read_many(paths: list[str]) -> list:
     where one could not be read. URLs are fetched concurrently in one call, which is what makes
     a batch of remote files fast: one request's latency, not one per file."""
     out: list = [None] * len(paths)
-    remote = [i for i, p in enumerate(paths) if is_remote(p)]
-    fetched = _remote.read_many([paths[i] for i in remote]) if remote else []
-    for i, data in zip(remote, fetched):
+    urls = [i for i, p in enumerate(paths) if is_remote(p)]
+    fetched = remote.read_many([paths[i] for i in urls]) if urls else []
+    for i, data in zip(urls, fetched):
         out[i] = data
     for i, p in enumerate(paths):
         if out[i] is None:
@@ -132,7 +132,7 @@ class _RemoteRaw(io.RawIOBase):
 
     def __init__(self, url: str):
         self.url = url
-        self.size = _remote.size_of(url)
+        self.size = remote.size_of(url)
         self.pos = 0
 
     def readable(self) -> bool:
@@ -153,7 +153,7 @@ class _RemoteRaw(io.RawIOBase):
         n = min(len(buffer), self.size - self.pos)
         if n <= 0:
             return 0
-        data = _remote.read(self.url, self.pos, n)
+        data = remote.read(self.url, self.pos, n)
         buffer[:n] = data
         self.pos += n
         return n
@@ -163,7 +163,7 @@ def open_binary(path: str):
     """A seekable binary file object (close it when done). A URL's file reads ahead in blocks
     of the readahead size (``STOKER_REMOTE_READAHEAD``, at least 1 MiB)."""
     if is_remote(path):
-        return io.BufferedReader(_RemoteRaw(path), buffer_size=max(1 << 20, _remote.settings().readahead))
+        return io.BufferedReader(_RemoteRaw(path), buffer_size=max(1 << 20, remote.settings().readahead))
     try:
         return open(_local(path), "rb")
     except OSError as e:
@@ -174,7 +174,7 @@ def list_dir(path: str) -> list[tuple[str, bool]]:
     """``(name, is a folder)`` of the entries directly in the folder ``path``, sorted by name.
     OSError naming the path when it cannot be listed (FileNotFoundError when it does not exist)."""
     if is_remote(path):
-        return sorted(_remote.list_dir(path))
+        return sorted(remote.list_dir(path))
     try:
         with os.scandir(_local(path)) as it:
             return sorted((e.name, e.is_dir()) for e in it)
@@ -187,7 +187,7 @@ def walk(path: str):
     """``(folder, sub-folder names, file names)`` for ``path`` and every folder below it, top
     down, names sorted; a folder is a URL when ``path`` is one."""
     if is_remote(path):
-        yield from _remote.walk(path)
+        yield from remote.walk(path)
         return
     for here, dirs, files in os.walk(_local(path)):
         dirs.sort()

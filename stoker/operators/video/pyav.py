@@ -88,11 +88,11 @@ def _open(av, source):
     if isinstance(source, (bytes, bytearray, memoryview, np.ndarray)):
         data = source.tobytes() if isinstance(source, np.ndarray) else bytes(source)
         return av.open(io.BytesIO(data), "r")
-    from stoker.operators.readers import _storage
+    from stoker.operators.readers import storage
 
-    if _storage.is_remote(source):
-        return av.open(_storage.open_binary(source), "r")
-    return av.open(_storage.local_path(source), "r")
+    if storage.is_remote(source):
+        return av.open(storage.open_binary(source), "r")
+    return av.open(storage.local_path(source), "r")
 
 
 def _fail(where: str, e: BaseException) -> OSError:
@@ -158,7 +158,7 @@ def _to_array(frame, image_type, size: tuple[int, int] | None = None) -> np.ndar
 class Decoder:
     """One open clip and its decoder: frames come out in presentation order from where the last
     call stopped (``pos``), so a caller that asks for frames after ``pos`` before the next key frame
-    gets them without a seek. Not thread-safe: one user at a time (:class:`._pool.DecoderPool`).
+    gets them without a seek. Not thread-safe: one user at a time (:class:`.decoder_pool.DecoderPool`).
     Raises OSError naming ``where``; ``close`` releases the container."""
 
     def __init__(self, source, info: ClipInfo, where: str):

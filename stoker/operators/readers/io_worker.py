@@ -13,7 +13,7 @@ each batch it sends the files' JPEG frame hints and, from the second batch on,
 the result of the mixed decoders' structure check (the only step that imports
 NumPy here).
 
-This file is run as a script (``python -I -S _io_worker.py FD``), not imported as
+This file is run as a script (``python -I -S io_worker.py FD``), not imported as
 part of stoker in the helper process, so the helper starts in milliseconds and never
 touches CUDA. :class:`ReadWorker` is the pipeline-side handle.
 
@@ -40,7 +40,8 @@ import threading
 _HEADER = struct.Struct("<Q")
 
 
-def _send_msg(sock: socket.socket, obj) -> None:
+def send_msg(sock: socket.socket, obj) -> None:
+    """Send ``obj`` pickled, after its length (read back whole by :func:`recv_msg`)."""
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
@@ -56,14 +57,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _recv_msg(sock: socket.socket):
+def recv_msg(sock: socket.socket):
+    """The next object :func:`send_msg` sent on ``sock`` (EOFError when the peer closed it)."""
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     return pickle.loads(_recv_exact(sock, n))
 
 
 # --- the helper process ------------------------------------------------------------------------
 
-class _Slots:
+class Slots:
     """Reusable shared memory files of the helper: allocating and faulting in fresh pages for
     every batch cost more than the reads (68 against 18 us per 50 KB file, measured)."""
 
@@ -246,7 +248,7 @@ def _read_entries(entries: list, view, offsets: list, sizes: list, errors: dict,
             os.close(fd)
 
 
-def _read_batch(entries: list, slots: _Slots, scan=None, check=None, dbs: _Databases | None = None):
+def _read_batch(entries: list, slots: Slots, scan=None, check=None, dbs: _Databases | None = None):
     """Read ``entries`` (paths of whole files, (path, offset, size) ranges, or LMDB records
     (database path, key, read_ahead) when ``dbs`` is given) into one slot.
     Returns (slot id, fd to send or -1, capacity, offsets, sizes, errors by position, frame hints
@@ -289,13 +291,13 @@ def _read_batch(entries: list, slots: _Slots, scan=None, check=None, dbs: _Datab
 
 
 def _serve(sock: socket.socket) -> None:
-    slots = _Slots()
+    slots = Slots()
     dbs = _Databases()
     scan = _load_header_scan()
     check, check_loaded = None, scan is None
     while True:
         try:
-            entries, freed, want_hints = _recv_msg(sock)
+            entries, freed, want_hints = recv_msg(sock)
         except EOFError:
             return
         slots.release(freed)
@@ -306,14 +308,14 @@ def _serve(sock: socket.socket) -> None:
             socket.send_fds(sock, [b"F"], [fd])
         else:
             sock.sendall(b"N")
-        _send_msg(sock, (k, capacity, offsets, sizes, errors, hints))
+        send_msg(sock, (k, capacity, offsets, sizes, errors, hints))
         if want_hints == 2 and not check_loaded:  # after the batch, which NumPy's import must not delay
             check, check_loaded = _load_structure_check(), True
 
 
 # --- the pipeline side -------------------------------------------------------------------------
 
-# The stoker package of this process (this file is stoker/operators/readers/_io_worker.py).
+# The stoker package of this process (this file is stoker/operators/readers/io_worker.py).
 _PACKAGE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
 
 
@@ -371,7 +373,7 @@ def _helper_sys_path() -> list[str]:
 
 
 def _launch(kind: str, target: str, args: list[str]) -> None:
-    """In the helper (``python -I _io_worker.py --launch KIND TARGET FD ...``): take the
+    """In the helper (``python -I io_worker.py --launch KIND TARGET FD ...``): take the
     pipeline's import path, import stoker from the pipeline's copy, and run ``TARGET`` (a stoker
     module, or a script by path) as ``__main__`` with ``TARGET FD ...`` as its argv."""
     import importlib.util
@@ -475,11 +477,11 @@ class ReadWorker:
         with self.lock:
             with self.freed_lock:
                 freed, self.freed = self.freed, []
-            _send_msg(self.sock, (list(paths), freed, (2 if check_structure else 1) if scan_frames else 0))
+            send_msg(self.sock, (list(paths), freed, (2 if check_structure else 1) if scan_frames else 0))
             msg, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
             if not msg:
                 raise EOFError("the reader's I/O process exited")
-            k, capacity, offsets, sizes, errors, hints = _recv_msg(self.sock)
+            k, capacity, offsets, sizes, errors, hints = recv_msg(self.sock)
             if fds:
                 map_received(self.maps, k, fds, capacity)
             base = np.frombuffer(self.maps[k], np.uint8)

@@ -9,7 +9,7 @@ Three ways to name the clips, as DALI's video reader takes them (one at a time):
   (frames with ``file_list_frame_num``), negative ones count from the clip's
   end, and restrict the windows to that range.
 
-Each clip is demuxed once (:func:`stoker.operators.video._av.probe`, on a few
+Each clip is demuxed once (:func:`stoker.operators.video.pyav.probe`, on a few
 threads) for its frame count and time base. A clip that cannot be demuxed is
 not a listing error: it stays in the list as one sample that fails when read,
 so ``on_error`` applies to it as to a corrupt image.
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stoker.operators.readers import _storage
+from stoker.operators.readers import storage
 from stoker.operators.readers._listing import ListingError, list_class_folders
-from stoker.operators.video import _av
+from stoker.operators.video import pyav
 
 _PROBE_THREADS = 8  # demuxing is mostly reading: a few threads hide the I/O of many small clips
 
@@ -40,7 +40,7 @@ class Clip:
     path: str
     label: int | None
     range_spec: tuple | None = None  # (start, end) as the file list gives them, or None
-    info: _av.ClipInfo | None = None
+    info: pyav.ClipInfo | None = None
     broken: str | None = None
     start: int = 0
     end: int = 0
@@ -48,10 +48,10 @@ class Clip:
 
 def _parse_file_list(file_list: str) -> list[tuple[str, int, tuple | None]]:
     try:
-        if _storage.is_remote(file_list):
-            text = _storage.read_bytes(file_list).decode("utf-8")
+        if storage.is_remote(file_list):
+            text = storage.read_bytes(file_list).decode("utf-8")
         else:
-            with open(_storage.local_path(file_list), encoding="utf-8") as f:
+            with open(storage.local_path(file_list), encoding="utf-8") as f:
                 text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ListingError("file_list", f"cannot read {file_list!r}: {e}") from None
@@ -75,15 +75,15 @@ def _parse_file_list(file_list: str) -> list[tuple[str, int, tuple | None]]:
 
 
 def _list_file_list(file_list: str) -> list[Clip]:
-    base = _storage.parent(file_list)
+    base = storage.parent(file_list)
     clips = []
     for path, label, span in _parse_file_list(file_list):
         full = path
         if not os.path.isabs(path) and "://" not in path:
             # Relative to the list's folder (as stoker's file reader), else to the working folder
             # (as DALI's video reader, for lists written that way).
-            cand = _storage.join(base, path)
-            full = cand if _storage.is_remote(cand) or os.path.exists(cand) or not os.path.exists(path) else path
+            cand = storage.join(base, path)
+            full = cand if storage.is_remote(cand) or os.path.exists(cand) or not os.path.exists(path) else path
         clips.append(Clip(path, full, label, span))
     return clips
 
@@ -107,7 +107,7 @@ def list_clips(a: dict) -> list[Clip]:
     if given[0] == "file_root":
         root = a["file_root"]
         paths, labels, broken = list_class_folders(root, ["*"], None, True)
-        clips = [Clip(p, _storage.join(root, p), lab) for p, lab in zip(paths, labels)]
+        clips = [Clip(p, storage.join(root, p), lab) for p, lab in zip(paths, labels)]
         for k, why in broken.items():
             clips[k].broken = why
         return clips
@@ -143,7 +143,7 @@ def probe_clips(clips: list[Clip], a: dict) -> None:
         if clip.broken is not None:
             return
         try:
-            clip.info = _av.probe(clip.path, repr(clip.path))
+            clip.info = pyav.probe(clip.path, repr(clip.path))
         except (OSError, ValueError) as e:
             clip.broken = str(e)
 

@@ -2,7 +2,7 @@
 other in a clip are decoded straight through instead of each seeking back to its key frame.
 
 A window starting at frame ``s`` takes an idle decoder of its clip that stopped before ``s`` with
-no key frame between (:meth:`._av.Decoder.continues_to`): decoding on costs less than a seek,
+no key frame between (:meth:`.pyav.Decoder.continues_to`): decoding on costs less than a seek,
 which would decode from that key frame again. Otherwise it takes a fresh decoder. Windows read on
 several threads each hold their decoder alone; one is returned to the pool after the window, and
 the least recently used idle decoders are closed past ``max_idle`` (each holds its reference
@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from stoker.operators.video._av import ClipInfo, Decoder
+from stoker.operators.video.pyav import ClipInfo, Decoder
 
 
 class DecoderPool:
