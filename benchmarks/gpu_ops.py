@@ -8,8 +8,7 @@ of sizes in ``--size``, moved to the GPU, then the operator) runs ``--iters`` it
 warm-up twice: with the operator's GPU kernel, then with the kernel taken out of the registry so
 that the host fallback runs (copy down, the CPU operator, copy up). A pipeline with no operator
 gives the baseline (upload) time, subtracted from both. Prints one JSON line per operator:
-milliseconds per batch for each path and their ratio. Set STOKER_GPU_PENDING=1 to include
-kernels still pending their GPU tests (gpu_registry.PENDING_GPU_MODULES).
+milliseconds per batch for each path and their ratio.
 """
 
 from __future__ import annotations

@@ -91,7 +91,6 @@ def main(argv=None) -> int:
                 continue
         if gds is not None:
             os.environ["STOKER_NUMPY_GDS"] = gds
-            os.environ["STOKER_GPU_PENDING"] = "1"  # (gpu_numpy is pending until its GPU tests pass)
         try:
             pipe = build(lib, folder, args.batch, args.threads, device, args.roi)
             rate = measure(pipe, args.iterations, args.batch, device)

@@ -384,8 +384,6 @@ def reader(fmt: str, args: dict, fn, tfrec, device: str):
 def api(lib: str, fmt: str, device: str):
     """The library's (fn, tfrecord, types, pipeline_def)."""
     if lib == "stoker":
-        if fmt == "numpy" and device == "gpu":
-            os.environ["STOKER_GPU_PENDING"] = "1"  # gpu_numpy stays opt-in until its GPU tests pass
         import stoker.fn as fn
         import stoker.tfrecord as tfrec
         import stoker.types as types

@@ -175,8 +175,6 @@ def skip_reason(lib: str, device: str) -> str | None:
 def build(lib: str, case: str, paths: list[str], a):
     """The built pipeline of (lib, case): (frames,) per iteration, uint8 FHWC 224x224."""
     if lib == "stoker":
-        if a.device == "gpu":
-            os.environ["STOKER_GPU_PENDING"] = "1"  # the NVDEC reader stays opt-in until its GPU tests pass
         import stoker.fn as fn
         from stoker import pipeline_def
     else:

@@ -244,8 +244,6 @@ class Settings:
     nvjpeg_stream: Setting[str] = Setting(
         "pipeline", _choice("pipeline", "own"), "The engines' call on the pipeline's stream or on one of its "
         "own.", user=False)
-    gpu_pending: Setting[bool] = Setting(
-        False, FLAG, "Load the GPU kernels whose GPU tests have not passed yet.", user=False)
 
     def __init__(self, environ: Mapping[str, str] | None = None, parent: Settings | None = None,
                  fixed: Mapping[str, Any] | None = None):

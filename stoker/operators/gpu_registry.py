@@ -14,73 +14,30 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-
-from stoker import settings
 
 _GPU_IMPLS: dict[str, Callable] = {}
 FALLBACKS: Counter = Counter()
 
-# The modules that register GPU functions (imported by load_gpu_impls).
-GPU_MODULES = (
-    "stoker.operators.image.gpu_resize",
-    "stoker.operators.image.gpu_crop_mirror_normalize",
-    "stoker.operators.image.gpu_crop_flip",
-    "stoker.operators.tensor.gpu_cast",
-    "stoker.operators.decoders.mixed",
-    "stoker.operators.color.gpu_color",
-    "stoker.operators.math.gpu_arithmetic",
-    "stoker.operators.image.gpu_random_resized_crop",
-    "stoker.operators.image.gpu_warp",
-    "stoker.operators.filters.gpu_gaussian_blur",
-    "stoker.operators.tensor.gpu_transpose",
-    "stoker.operators.image.gpu_normalize",
-    "stoker.operators.image.gpu_pad",
-    "stoker.operators.image.gpu_slice",
-    "stoker.operators.image.gpu_erase",
-    "stoker.operators.color.gpu_color_space_conversion",
-    # passed their GPU tests on an H100, 2026-11-25 (written without a GPU in session 8)
-    "stoker.operators.tensor.gpu_shape_join",
-    "stoker.operators.tensor.gpu_lookup",
-    "stoker.operators.image.gpu_warp_perspective",
-    "stoker.operators.filters.gpu_laplacian",
-    "stoker.operators.image.gpu_distortions",
-    "stoker.operators.detection.gpu_boxes",
-    "stoker.operators.image.gpu_grid_mask_paste",
-    "stoker.operators.tensor.gpu_reductions",  # (all its tests on an H100, 2026-11-25, session 10)
-    "stoker.operators.filters.gpu_noise",  # (gaussian, salt_and_pepper: H100, 2026-11-25, session 10)
-    # per-sample if on GPU batches (session 11; before it such a pipeline was refused at build)
-    "stoker.operators.tensor.gpu_conditional",
-    # auto_aug's own steps: filter, equalize, contrast, auto_contrast, solarize(_add)
-    "stoker.auto_aug.gpu_ops",
-    "stoker.operators.readers.gpu_numpy",  # readers.numpy(device="gpu"): its tests on an H100, 2026-11-26
-    # the speech front end (its tests on an H200, 2026-11-26)
-    "stoker.operators.audio.gpu_signal",
-    "stoker.operators.audio.gpu_spectrogram",
-    "stoker.operators.audio.gpu_features",
-    "stoker.operators.video.gpu_video_reader",  # readers.video(device="gpu"), NVDEC: H200, 2026-11-27
-    "stoker.operators.filters.gpu_jpeg_distortion",  # bit-exact with the CPU operator: H200, 2026-11-27
-)
-# GPU modules written while no GPU was at hand: their operators keep the host fallback unless
-# STOKER_GPU_PENDING=1 (their GPU tests load them directly), until those tests have passed on a
-# GPU; then the module moves to GPU_MODULES.
-PENDING_GPU_MODULES: tuple[str, ...] = ()
 
-# Operators that DALI runs on GPU batches. Those without a kernel (in GPU_MODULES) take GPU
-# batches all the same (so a DALI pipeline ports), through host_fallback: correct, but each batch
-# goes to the host and back, and a warning says so once per operator. Kernels replace them one by
-# one; a kernel that cannot take a batch (say, too many dimensions) falls back the same way.
-HOST_FALLBACK_ON_GPU = (
-    "brightness", "brightness_contrast", "contrast", "color_twist", "hsv", "hue", "saturation",
-    "color_space_conversion", "normalize", "pad", "slice", "rotate", "warp_affine", "warp_perspective",
-    "experimental.warp_perspective", "gaussian_blur", "laplacian", "erase", "random_resized_crop", "jitter",
-    "water", "sphere", "noise.gaussian", "noise.salt_and_pepper", "jpeg_compression_distortion",
-    "grid_mask", "paste", "one_hot", "reinterpret", "squeeze", "expand_dims", "cat", "stack", "lookup_table",
-    "element_extract", "coord_flip", "bb_flip", "cast_like", "reductions.max", "reductions.mean",
-    "reductions.mean_square", "reductions.min", "reductions.rms", "reductions.std_dev", "reductions.sum",
-    "reductions.variance",
-)
+def _discover_gpu_modules() -> tuple[str, ...]:
+    """The modules that register GPU functions, found rather than listed: every ``gpu_*.py`` under
+    the package (this one aside), and the mixed decoders, whose GPU half is their package."""
+    root = Path(__file__).resolve().parents[1]
+    found = sorted(".".join(("stoker", *p.relative_to(root).with_suffix("").parts))
+                   for p in root.rglob("gpu_*.py") if p.name != "gpu_registry.py")
+    return ("stoker.operators.decoders.mixed", *found)
+
+
+GPU_MODULES = _discover_gpu_modules()
+
+# Operators that DALI runs on GPU batches but that have no kernel here: they would take GPU
+# batches all the same (so a DALI pipeline ports), through host_fallback, with a warning once per
+# operator. Empty: every such operator has a kernel (tests/operators/test_gpu_placement.py keeps
+# it so). A kernel that cannot take a batch (say, a layout it does not cover) still falls back.
+HOST_FALLBACK_ON_GPU: tuple[str, ...] = ()
 
 _loaded = False
 
@@ -111,8 +68,7 @@ def load_gpu_impls() -> None:
 
     if not _loaded:
         _loaded = True
-        pending = PENDING_GPU_MODULES if settings.get().gpu_pending else ()
-        for mod in GPU_MODULES + pending:
+        for mod in GPU_MODULES:
             try:
                 importlib.import_module(mod)
             except ModuleNotFoundError as e:

@@ -1,6 +1,5 @@
 """Helpers of the GPU operator tests: a small pipeline run on either device, compared with the
-CPU's, and loading a GPU module that is still pending (gpu_registry.PENDING_GPU_MODULES: written
-without a GPU at hand)."""
+CPU's, and loading one GPU module by name."""
 
 import importlib
 
@@ -11,8 +10,9 @@ from stoker import pipeline_def
 from stoker.operators import gpu_registry
 
 
-def load_pending(module: str) -> None:
-    """Load a pending GPU module whatever STOKER_GPU_PENDING says."""
+def load_gpu_module(module: str) -> None:
+    """Import a GPU module and register its placements (``gpu_registry.load_gpu_impls`` loads them
+    all; a test that names its module says which kernels it is about)."""
     importlib.import_module(module)
     gpu_registry.load_gpu_impls()
 

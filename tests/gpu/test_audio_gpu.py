@@ -1,4 +1,4 @@
-"""The audio GPU operators (stoker/operators/audio/gpu_*.py, pending modules) against their CPU
+"""The audio GPU operators (stoker/operators/audio/gpu_*.py) against their CPU
 twins on the same ragged batches, several arguments each. The host half alone, on the null
 device: tests/operators/audio/test_audio_gpu_host.py.
 
@@ -15,7 +15,7 @@ Tolerances (float32):
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -30,7 +30,7 @@ MODULES = ("stoker.operators.audio.gpu_signal", "stoker.operators.audio.gpu_spec
 @pytest.fixture(autouse=True, scope="module")
 def _audio_gpu_loaded():
     for m in MODULES:
-        load_pending(m)
+        load_gpu_module(m)
 
 
 def signals(n=7, seed=0, dtype=np.float32, channels=0):

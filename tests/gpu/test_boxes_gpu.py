@@ -11,7 +11,7 @@ GPU output must equal the CPU's to the bit."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 from stoker.errors import StokerError
@@ -24,7 +24,7 @@ MODULE = "stoker.operators.detection.gpu_boxes"
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_boxes():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _const(values, dtype):

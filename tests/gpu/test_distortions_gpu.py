@@ -16,7 +16,7 @@ image's value range plus one level.
 import cv2
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -31,7 +31,7 @@ NN, LINEAR = types.INTERP_NN, types.INTERP_LINEAR
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_distortions():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _opencv_float_remap() -> bool:

@@ -11,7 +11,7 @@ square's edge; paste only moves values. Both outputs must equal the CPU's to the
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 from stoker.errors import StokerError
@@ -24,7 +24,7 @@ MODULE = "stoker.operators.image.gpu_grid_mask_paste"
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_grid_mask_paste():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _const(values, dtype=np.float32):

@@ -8,7 +8,7 @@ source compiled for the host); so the tolerance here is zero.
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 from stoker.errors import OperatorError
@@ -21,7 +21,7 @@ NAME = "jpeg_compression_distortion"
 
 @pytest.fixture(autouse=True, scope="module")
 def _pending():
-    load_pending("stoker.operators.filters.gpu_jpeg_distortion")
+    load_gpu_module("stoker.operators.filters.gpu_jpeg_distortion")
 
 
 def _per_sample(values):

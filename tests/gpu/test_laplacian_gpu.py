@@ -10,7 +10,7 @@ that cancel)."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -25,7 +25,7 @@ MODULE = "stoker.operators.filters.gpu_laplacian"
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_laplacian():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _per_sample(values, dtype=np.int32):

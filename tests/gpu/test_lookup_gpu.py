@@ -6,7 +6,7 @@ or compare values, so every result must equal the CPU's to the bit (tolerance: n
 
 import numpy as np
 import pytest
-from gpu_pipelines import compare_exact, load_pending, run_pipeline
+from gpu_pipelines import compare_exact, load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -21,7 +21,7 @@ MODULE = "stoker.operators.tensor.gpu_lookup"
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_lookup():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _keys(rng, dtype, shapes, lo=-3, hi=12):

@@ -11,7 +11,7 @@ level (1 for integers, 1e-6 relative for floats).
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 from stoker.errors import OperatorError
@@ -24,7 +24,7 @@ TINY = 1e-4
 
 @pytest.fixture(autouse=True, scope="module")
 def _pending():
-    load_pending("stoker.operators.filters.gpu_noise")
+    load_gpu_module("stoker.operators.filters.gpu_noise")
 
 
 def _const(values, dtype=np.float32):

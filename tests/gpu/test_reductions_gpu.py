@@ -14,7 +14,7 @@ import importlib
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -32,7 +32,7 @@ AXES = [dict(), dict(axes=[0, 1]), dict(axes=1, keep_dims=True), dict(axis_names
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_reductions():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _red(name: str, **kw):

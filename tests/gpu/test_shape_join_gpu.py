@@ -8,7 +8,7 @@ and saturation are the CPU's."""
 
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -25,7 +25,7 @@ MODULE = "stoker.operators.tensor.gpu_shape_join"
 
 @pytest.fixture(autouse=True, scope="module")
 def _load_module():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _compare(build, batches, name: str, layout: str = "HWC", kernel: bool = True) -> list:

@@ -14,7 +14,7 @@ test; nearest-neighbour as above."""
 import cv2
 import numpy as np
 import pytest
-from gpu_pipelines import load_pending, run_pipeline
+from gpu_pipelines import load_gpu_module, run_pipeline
 
 import stoker.fn as fn
 import stoker.types as types
@@ -30,7 +30,7 @@ BORDERS = ["constant", "replicate", "reflect", "reflect_101", "wrap"]
 
 @pytest.fixture(autouse=True, scope="module")
 def _gpu_warp_perspective():
-    load_pending(MODULE)
+    load_gpu_module(MODULE)
 
 
 def _matrices(rng, n):
