@@ -80,3 +80,17 @@ def test_example_runs(script, tmp_path):
     theirs = _result(reference.stdout)
     assert len(ours) == len(theirs)
     assert ours == pytest.approx(theirs, abs=tol, rel=1e-6), (ours, theirs)
+
+
+def test_video_clip_loader_example_runs(tmp_path):
+    """examples/video_clips.py (issue 25's example): generated H.264 clips through readers.video
+    into CFHW float clips of 16 frames at 112x112, with their labels."""
+    if not _has("av"):
+        pytest.skip("needs av")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, "video_clips.py"), "--clips", "6", "--batch", "2",
+                           "--threads", "2"], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clips: CFHW [(3, 16, 112, 112), (3, 16, 112, 112)]" in done.stdout, done.stdout
+    assert "device cpu" in done.stdout

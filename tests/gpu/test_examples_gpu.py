@@ -58,3 +58,14 @@ def test_example_gpu_form_matches_cpu_form(script, tmp_path):
         return
     tol = 0.5 if script in DECODED else 1e-3
     assert ours == pytest.approx(theirs, abs=tol, rel=1e-5), (ours, theirs)
+
+
+@pytest.mark.gpu
+def test_video_clip_loader_example_decodes_with_nvdec(tmp_path):
+    """examples/video_clips.py with --device gpu: readers.video decodes with NVDEC (PyNvVideoCodec)."""
+    for module in ("av", "PyNvVideoCodec"):
+        if not _has(module):
+            pytest.skip(f"needs {module}")
+    done = _run("video_clips.py", str(tmp_path), "--clips", "6", "--batch", "2", "--device", "gpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clips: CFHW [(3, 16, 112, 112), (3, 16, 112, 112)]" in done.stdout and "device gpu" in done.stdout
