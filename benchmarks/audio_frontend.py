@@ -20,8 +20,9 @@ Engines, each in its own subprocess so that none warms another's caches or threa
                           one utterance at a time (the way a Dataset's __getitem__ runs it)
 Each prints one JSON line: audio seconds per second over the timed batches (after two warm-up
 batches; whole passes over the files until ``--seconds`` have passed), utterances per second,
-and the CPU seconds the process spent per audio second. A last line gives every engine's rate
-divided by dali-cpu's (and by dali-gpu's for the GPU engines).
+the CPU seconds the process spent per audio second, and the cores it kept busy (CPU seconds per
+second: with ``--threads 2`` on 2 cores, what falls short of 2 went to waiting, e.g. for the GIL).
+A last line gives every engine's rate divided by dali-cpu's (and by dali-gpu's for the GPU engines).
 """
 
 from __future__ import annotations
@@ -73,9 +74,6 @@ def dali_style(engine: str, files: list[str], batch: int, threads: int):
     """The front end as a stoker or DALI pipeline (both speak the same API)."""
     lib, device = engine.split("-")
     if lib == "stoker":
-        # the audio GPU kernels are still pending (gpu_registry.PENDING_GPU_MODULES): without this
-        # the GPU operators would run through the host fallback
-        os.environ.setdefault("STOKER_GPU_PENDING", "1")
         import stoker.fn as fn
         import stoker.types as types
         from stoker import pipeline_def
@@ -165,8 +163,8 @@ def measure(engine: str, files: list[str], durations: list[float], batch: int, t
     cpu = time.process_time() - cpu0
     audio_s = done * mean_s
     return {"engine": engine, "audio_s_per_s": audio_s / elapsed, "utterances_per_s": done / elapsed,
-            "cpu_s_per_audio_s": cpu / audio_s, "utterances": done, "wall_s": elapsed, "batch": batch,
-            "threads": threads}
+            "cpu_s_per_audio_s": cpu / audio_s, "cores": cpu / elapsed, "utterances": done, "wall_s": elapsed,
+            "batch": batch, "threads": threads}
 
 
 def gpu_present() -> bool:

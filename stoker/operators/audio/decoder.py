@@ -24,6 +24,7 @@ import numpy as np
 from stoker import types
 from stoker.errors import PipelineBuildError, arg_error
 from stoker.operators.audio._convert import from_float
+from stoker.operators.audio._memory import keep_freed_memory
 from stoker.operators.audio._resampling import resample, resampled_length
 from stoker.operators.audio._wav import pcm16_as, read_pcm16
 from stoker.operators.base import Operator
@@ -135,6 +136,7 @@ class AudioDecoder(Operator):
 
     def setup(self):
         self.dtype = check_decode_args(self.schema.name, self.args)
+        keep_freed_memory()  # (see ._memory: per-sample arrays of a few MB, freed a batch at a time)
 
     def output_layouts(self, input_layouts):
         return ["", ""]

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from stoker.errors import arg_error
+from stoker.operators.audio._memory import keep_freed_memory
 from stoker.operators.image.crop import LayoutAware
 from stoker.operators.schema import Arg, Schema, register
 
@@ -159,6 +160,7 @@ class MelFilterBank(LayoutAware):
     )
 
     def setup(self):
+        keep_freed_memory()  # (see ._memory: per-sample arrays of a few MB, freed a batch at a time)
         a, name = self.args, self.schema.name
         if a["nfilter"] < 1:
             raise arg_error(name, "nfilter", f"must be positive, got {a['nfilter']}")

@@ -21,6 +21,7 @@ import threading
 import numpy as np
 
 from stoker.errors import arg_error
+from stoker.operators.audio._memory import keep_freed_memory
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 
@@ -87,46 +88,62 @@ def frames_view(x: np.ndarray, length: int, step: int, center: bool, reflect: bo
     return frames
 
 
-# Windows transformed per FFT call: the chunk's frames, spectrum and powers (~330 KB at nfft 512)
-# stay in a core's L2 cache, and the buffers are reused call after call instead of being
-# allocated (and page-faulted in) per sample; with two pipeline threads fresh buffers cost more
-# in the kernel than the arithmetic on them.
-CHUNK = 64
+# Windows transformed per FFT call. Each NumPy call releases the GIL for its work but holds it
+# for its dispatch, and with two pipeline threads busy each call may wait for the GIL on its way
+# back: few, large calls are what lets two threads overlap. On 2 cores, the benchmark's front end
+# at 2 threads ran at 402 utterances/s with 64 windows a call (and gathered edge windows), 488 with
+# 128, ~500 with 256 to 1024 (benchmarks/audio_frontend.py). 256 windows' buffers (frames and
+# spectrum, ~2 MB at nfft 512) stay in a core's L2 cache; they are kept per thread and reused
+# call after call instead of being allocated (and page-faulted in) per sample.
+CHUNK = 256
 _scratch = threading.local()
 
 
-def _buffers(nfft: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's (frames, spectrum, powers) buffers of ``CHUNK`` rows for ``nfft``: frame
-    columns from ``length`` on stay zero (never written), so only the window's taps are filled."""
+def _buffers(nfft: int, length: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's (frames, spectrum) buffers of at least ``rows`` rows for ``nfft`` (grown when
+    a longer signal comes): frame columns from ``length`` on stay zero (never written), so only
+    the window's taps are filled."""
     cache = getattr(_scratch, "bufs", None)
     if cache is None:
         cache = _scratch.bufs = {}
     bufs = cache.get((nfft, length))
-    if bufs is None:
-        nbins = nfft // 2 + 1
-        bufs = cache[(nfft, length)] = (np.zeros((CHUNK, nfft)), np.empty((CHUNK, nbins), np.complex128),
-                                        np.empty((CHUNK, nbins)))
+    if bufs is None or bufs[0].shape[0] < rows:
+        bufs = cache[(nfft, length)] = (np.zeros((rows, nfft)), np.empty((rows, nfft // 2 + 1), np.complex128))
     return bufs
 
 
-def _staging(count: int, nbins: int) -> np.ndarray:
-    """This thread's float32 (count, nbins) time-major buffer for a freq-major output: the powers
-    are stored in rows here and transposed into the output in one copy, which writes whole rows
-    of it (storing each chunk transposed wrote 64 values per row, a page apart, and cost more
-    than the FFT's copy in the pipeline)."""
-    size = count * nbins
-    buf = getattr(_scratch, "staging", None)
+def _scratch_f32(name: str, size: int) -> np.ndarray:
+    """This thread's float32 buffer ``name`` of at least ``size`` values (its first ``size``)."""
+    buf = getattr(_scratch, name, None)
     if buf is None or buf.size < size:
-        buf = _scratch.staging = np.empty(max(size, 1 << 18), np.float32)
-    return buf[:size].reshape(count, nbins)
+        buf = np.empty(max(size, 1 << 18), np.float32)
+        setattr(_scratch, name, buf)
+    return buf[:size]
 
 
-def _chunks(count: int, first: int, stop: int):
-    """(start, end) runs of at most CHUNK windows that do not straddle the padded edges, so that
-    all but the edge runs are views of the signal."""
-    for lo, hi in ((0, first), (first, stop), (stop, count)):
-        for k in range(lo, hi, CHUNK):
-            yield k, min(k + CHUNK, hi)
+def all_windows(x: np.ndarray, length: int, step: int, center: bool, reflect: bool) -> np.ndarray:
+    """Every window of the 1D float32 signal ``x`` as a read-only (windows, length) array, the
+    values :func:`window_indices` reads: a strided view of ``x``, or with ``center_windows`` of a
+    padded copy of it in this thread's scratch buffer (valid until the thread's next call). One
+    view for all windows, so the transform loop has no edge cases and no per-chunk gathers; a
+    signal too short to mirror once at an end takes the gathered copy of :func:`frames_view`."""
+    n = x.shape[0]
+    count, offset, _, _ = frame_range(n, length, step, center)
+    right = max(0, (count - 1) * step - offset + length - n)
+    if count == 0 or n == 0 or (center and reflect and (offset >= n or right >= n)):
+        return frames_view(x, length, step, center, reflect)
+    src = x
+    if center:
+        src = _scratch_f32("padded", offset + n + right)
+        src[offset:offset + n] = x
+        if reflect:  # mirrored without the edge sample: x[offset], ..., x[1] | x | x[n-2], x[n-3], ...
+            src[:offset] = x[offset:0:-1]
+            src[offset + n:] = x[n - 2:n - 2 - right:-1] if n - 2 - right >= 0 else x[n - 2::-1]
+        else:
+            src[:offset] = 0
+            src[offset + n:] = 0
+    return np.lib.stride_tricks.as_strided(src, (count, length), (step * src.strides[0], src.strides[0]),
+                                           writeable=False)
 
 
 def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndarray, power: int,
@@ -136,31 +153,29 @@ def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndar
 
     Each window's taps are multiplied in float32 (DALI's products) and transformed in float64:
     NumPy's float64 FFT runs faster than its float32 one (NumPy 2.x) and is the more exact. Windows
-    are taken ``CHUNK`` at a time as views of the signal (copies only at the padded ends), and
-    the squared magnitudes are summed in place from the spectrum's (re, im) pairs."""
+    are taken ``CHUNK`` at a time from :func:`all_windows`; the squared magnitudes are summed in
+    place from the spectrum's (re, im) pairs and rounded to float32 as they are stored."""
     x = np.asarray(x, np.float32)
-    count, _, first, stop = frame_range(x.shape[0], length, step, center)
-    nbins = nfft // 2 + 1
-    rows = _staging(count, nbins) if freq_major else np.empty((count, nbins), np.float32)
-    buf, spec, pw = _buffers(nfft, length)
-    pairs = spec.view(np.float64)  # (CHUNK, 2 * nbins): re, im, re, im, ...
+    windows = all_windows(x, length, step, center, reflect)
+    count, nbins = windows.shape[0], nfft // 2 + 1
+    # a freq-major output is transposed from time-major rows in one copy, which writes whole
+    # rows of it (storing each chunk transposed wrote a few values per row, a page apart)
+    rows = _scratch_f32("staging", count * nbins).reshape(count, nbins) if freq_major \
+        else np.empty((count, nbins), np.float32)
+    buf, spec = _buffers(nfft, length, min(count, CHUNK))
+    pairs = spec.view(np.float64)  # (rows, 2 * nbins): re, im, re, im, ...
     window = np.asarray(window, np.float32)
-    # the windows inside the signal as one view (built once: sliding_window_view costs ~10 us a call)
-    body = frames_view(x, length, step, center, reflect, first, stop)
-    for k, e in _chunks(count, first, stop):
+    for k in range(0, count, CHUNK):
+        e = min(k + CHUNK, count)
         m = e - k
-        frames = body[k - first:e - first] if first <= k < stop else frames_view(x, length, step, center, reflect,
-                                                                                  k, e)
-        # float32 products, widened as they are stored; rows past ``m`` hold stale frames whose
-        # transforms are never read
-        np.multiply(frames, window, out=buf[:m, :length], dtype=np.float32, casting="unsafe")
-        np.fft.rfft(buf, axis=1, out=spec)
+        # float32 products, widened as they are stored
+        np.multiply(windows[k:e], window, out=buf[:m, :length], dtype=np.float32, casting="unsafe")
+        np.fft.rfft(buf[:m], axis=1, out=spec[:m])
         if power == 2:
             np.square(pairs[:m], out=pairs[:m])
-            np.add(pairs[:m, 0::2], pairs[:m, 1::2], out=pw[:m])
+            np.add(pairs[:m, 0::2], pairs[:m, 1::2], out=rows[k:e])
         else:
-            np.abs(spec[:m], out=pw[:m])
-        rows[k:e] = pw[:m]
+            np.abs(spec[:m], out=rows[k:e])
     if not freq_major:
         return rows
     out = np.empty((nbins, count), np.float32)
@@ -189,6 +204,7 @@ class Spectrogram(Operator):
     )
 
     def setup(self):
+        keep_freed_memory()  # (see ._memory: per-sample arrays of a few MB, freed a batch at a time)
         a, name = self.args, self.schema.name
         if a["window_length"] < 1:
             raise arg_error(name, "window_length", f"must be positive, got {a['window_length']}")
