@@ -64,6 +64,7 @@ from stoker.tensors import TensorListCPU
 _PER_SAMPLE_WRAPPERS = {
     "stoker.operators.image.crop.LayoutAware",  # adds the input's layout as "__layout"
     "stoker.operators.image.resize.Resize",  # checks that the output size is given one way
+    "stoker.operators.image.normalize.Normalize",  # batch=True only (then samples_independent is False)
 }
 
 
@@ -92,6 +93,8 @@ def per_sample(node, inst) -> bool:
     if node.scope is not None or node.control_inputs or node.device != "cpu":
         return False
     if hasattr(inst, "advance") or not inst.parallel_samples or getattr(inst, "valid_mask", False):
+        return False
+    if not getattr(inst, "samples_independent", True):  # (this instance's arguments need the batch)
         return False
     for cls in type(inst).__mro__:
         if cls is Operator:

@@ -261,3 +261,24 @@ def test_conditionals_identical(data_dir, stoker_settings, threads):
     found = chains(conditional(data_dir, threads))
     assert (["decoders.image", "resize"], [], []) in found
     assert all("rotate" not in c and "flip" not in c for c, _, _ in found)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_normalize_joins_the_chain_with_per_sample_statistics(data_dir, stoker_settings, threads):
+    """normalize with per-sample statistics is computed sample by sample, so it is fused (with the
+    same outputs); with batch=True it needs the batch's statistics first and stays apart."""
+
+    def make(batch_stats=False, threads=2):
+        @pipeline_def(batch_size=3, num_threads=threads, device_id=None, seed=4)
+        def pipe():
+            jpegs, _ = fn.readers.file(file_root=data_dir)
+            img = fn.resize(fn.decoders.image(jpegs), resize_x=16, resize_y=12)
+            return fn.normalize(img, axes=(0, 1), batch=batch_stats)
+
+        return pipe()
+
+    stoker_settings(fuse=True)
+    assert chains(make()) == [(["decoders.image", "resize", "normalize"], [], [])]
+    assert chains(make(batch_stats=True)) == [(["decoders.image", "resize"], [], [])]
+    assert_same(run_all(make, stoker_settings, True, 3, threads=threads),
+                run_all(make, stoker_settings, False, 3, threads=threads))

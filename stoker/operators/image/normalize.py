@@ -13,7 +13,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import OperatorError, arg_error
-from stoker.operators.base import Operator
+from stoker.operators.image.crop import LayoutAware
 from stoker.operators.schema import Arg, Schema, register
 from stoker.operators.tensor._axes import resolve_axes
 from stoker.operators.tensor.basic import convert
@@ -21,7 +21,7 @@ from stoker.tensors import TensorListCPU
 
 
 @register
-class Normalize(Operator):
+class Normalize(LayoutAware):
     """Normalizes samples with given or computed mean and standard deviation."""
 
     schema = Schema(
@@ -53,14 +53,28 @@ class Normalize(Operator):
         if a["epsilon"] < 0:
             raise arg_error("normalize", "epsilon", "must be non-negative")
 
+    @property
+    def samples_independent(self) -> bool:
+        """Whether each sample is computed on its own (per-sample statistics), so that pipeline
+        fusion may chain it; batch=True needs the whole batch's statistics first."""
+        return not self.args["batch"]
+
+    def run_sample(self, inputs, args, ctx):
+        x = inputs[0]
+        axes, mean, std = self._params(x, args, self.layout_of(args))
+        computed = std is None
+        return self._apply(x, axes, mean, self._given_std(std) if std is not None else None, computed)
+
     def run_cpu(self, batch, inputs, arg_inputs):
+        if not self.args["batch"]:  # sample by sample (run_sample), which fusion can chain
+            return super().run_cpu(batch, inputs, arg_inputs)
         tl = inputs[0]
         samples = tl.samples()
         layout = tl.layout()
         if not samples:
             return [tl]
         try:
-            stats = self._batch_stats(samples, layout, arg_inputs) if self.args["batch"] else None
+            stats = self._batch_stats(samples, layout, arg_inputs)
         except ValueError as e:
             raise OperatorError(str(e), operator=self.instance_name, origin=self.origin) from None
 
@@ -70,9 +84,8 @@ class Normalize(Operator):
             axes, mean, std = self._params(x, args, layout)
             computed = std is None
             std = self._given_std(std) if std is not None else None
-            if stats is not None:  # batch-wide statistics stand in for the ones not given
-                mean = stats[0] if mean is None else mean
-                std = stats[1] if std is None else std
+            mean = stats[0] if mean is None else mean  # batch-wide statistics stand in for the ones
+            std = stats[1] if std is None else std  # not given
             return self._apply(x, axes, mean, std, computed)
 
         results = self.map_samples(batch, len(samples), one)
