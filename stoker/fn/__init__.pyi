@@ -61,7 +61,7 @@ def box_encoder(*inputs: Any, anchors: Any = ..., criteria: Any = ..., offset: A
 
     Matches boxes (N, 4) ltrb and labels (N,) to the anchors: each anchor takes the box it overlaps most if that IoU exceeds ``criteria``, and each box claims its best anchor. Outputs per anchor: the box in (cx, cy, w, h) form (unmatched anchors: the anchor itself) or, with ``offset``, ((c - c_anchor) / wh_anchor - mean) / std and (log(wh / wh_anchor) - mean) / std (unmatched: 0); and the label (0 when unmatched).
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       anchors (float_list, default None): anchors, 4 values each, ltrb (relative); required
@@ -215,7 +215,7 @@ def coord_transform(*inputs: Any, M: Any = ..., T: Any = ..., MT: Any = ..., dty
 
     Transforms points (N, in_dim) by out = M x + T. M is a scalar (a uniform scale), or out_dim*in_dim values (row-major); T a scalar or out_dim values; MT gives both as out_dim x (in_dim + 1). M, T and MT may be per frame (fn.per_frame): each frame of a sequence of points (layout starting with 'F') uses its own; points that are not a sequence are transformed by every frame's matrix, giving a sequence (F, ..., out_dim).
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       M (float_list, default None, per-sample tensor allowed): linear part (scalar or out_dim*in_dim values)
@@ -464,7 +464,7 @@ def get_property(*inputs: Any, key: Any = ..., device: str = ..., name: str = ..
 
     Per-sample metadata: key 'source_info' or 'layout'.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       key (str, required): 'source_info' or 'layout' (required, as in DALI)"""
@@ -741,7 +741,7 @@ def per_frame(*inputs: Any, replace: Any = ..., device: str = ..., name: str = .
 
     Marks its input as a sequence (layout starting with 'F'): used as an argument input of a sequence operator, sample i gives one value per frame of sequence i (or one for all frames). Only the layout changes; the data is passed on untouched.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       replace (bool, default False): an input layout not starting with 'F' has its first letter replaced (False: such a layout is an error); an input without layout gets 'F' padded with '*'"""
@@ -751,7 +751,7 @@ def permute_batch(*inputs: Any, indices: Any = ..., device: str = ..., name: str
 
     Output sample i is input sample ``indices[i]``. ``indices`` is a list of ints or a per-sample int tensor (such as the output of ``batch_permutation``); repetitions are allowed.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       indices (int_list, default None, per-sample tensor allowed): source index of each output sample"""
@@ -1037,7 +1037,7 @@ def shapes(*inputs: Any, dtype: Any = ..., type: Any = ..., device: str = ..., n
 
     Returns the shape of each input sample as a 1D tensor.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       dtype (dtype, default DALIDataType.INT64): output type

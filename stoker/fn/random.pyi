@@ -31,7 +31,7 @@ def coin_flip(*inputs: Any, probability: Any = ..., shape: Any = ..., dtype: Any
 
     Random 0/1 values (Bernoulli); 1 with the given probability.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       probability (float, default 0.5, per-sample tensor allowed):
@@ -43,7 +43,7 @@ def normal(*inputs: Any, mean: Any = ..., stddev: Any = ..., shape: Any = ..., d
 
     Random values from a normal distribution.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       mean (float, default 0.0, per-sample tensor allowed):
@@ -56,7 +56,7 @@ def uniform(*inputs: Any, range: Any = ..., values: Any = ..., shape: Any = ...,
 
     Random values drawn uniformly from range [lo, hi) or from the discrete set values.
 
-    Devices: cpu.
+    Devices: cpu, gpu.
 
     Arguments:
       range (float_list, default [-1.0, 1.0], per-sample tensor allowed): (lo, hi)

@@ -23,9 +23,6 @@ from stoker.operators.schema import registered
 # Placements served by the host path (gpu_registry.host_fallback): the batch goes down, through
 # the CPU operator, and back up.
 HOST_COPY_PLACEMENTS = {
-    "constant": "device='gpu': the constant is made on the host and uploaded with each batch",
-    "_subscript": "indexing or slicing a GPU batch (x[..., 0]) goes through the host (no kernel yet)",
-    "copy": "a GPU copy through the host; DALI's is a device-to-device copy (no kernel written yet)",
     "readers.video_resize": "decodes with PyAV on the CPU and uploads (the NVDEC path is readers.video)",
     "experimental.inputs.video": "mixed: decodes fed videos with PyAV on the CPU and uploads, as the "
                                  "README says",
@@ -34,18 +31,9 @@ HOST_COPY_PLACEMENTS = {
 _REFUSED = "a GPU placement is refused at build, naming the operator and the devices it has"
 # Operators DALI runs on the GPU (or as mixed) that stoker runs on the CPU only.
 NOT_ON_GPU_YET = {
-    "box_encoder": _REFUSED + "; run it before .gpu() (its CPU form is 1.1-1.3 ms a batch of 256)",
     "clahe": _REFUSED,
-    "coord_transform": _REFUSED,
     "decoders.video": _REFUSED + "; readers.video(device='gpu') decodes with NVDEC",
     "experimental.decoders.video": _REFUSED + " (DALI's deprecated alias of decoders.video)",
-    "get_property": _REFUSED,
-    "per_frame": _REFUSED,
-    "permute_batch": _REFUSED,
-    "random.coin_flip": _REFUSED + "; the CPU draws feed GPU operators as argument inputs",
-    "random.normal": _REFUSED + "; as random.coin_flip",
-    "random.uniform": _REFUSED + "; as random.coin_flip",
-    "shapes": _REFUSED,
 }
 
 
