@@ -38,7 +38,7 @@ def _points(rng, counts, dim, dtype=np.float32):
 RAGGED = [3, 0, 7, 1, 12]
 
 
-@pytest.mark.parametrize("kw", [dict(M=[2.5]), dict(M=[1, 2, 3, 4, 5, 6], T=[0.5, -1]), dict(T=[3.0]),
+@pytest.mark.parametrize("kw", [dict(M=[2.5]), dict(M=[1, 2, 3, 4, 5, 6], T=[0.5, -1, 2]), dict(T=[3.0]),
                                 dict(MT=[1, 0, 2, 0.5, 1, -3]), dict(MT=[0.75]), {}], ids=str)
 def test_coord_transform_constant(kw, rng):
     compare_exact(lambda p: fn.coord_transform(p, **kw), _points(rng, RAGGED, 2), "coord_transform", "")

@@ -130,13 +130,20 @@ def batch_windows(op, x, arg_inputs):
 _BATCH_ARGS = {"crop_h", "crop_w", "crop_pos_x", "crop_pos_y", "mirror"}
 
 
+def _images(x) -> bool:
+    """Whether the kernel takes ``x``: HWC images (or 3 dims without a layout). Sequences (FHWC)
+    and volumes go to the host, which crops each frame as the CPU does."""
+    lay = x.layout()
+    return x.ndim == 3 and (not lay or lay.startswith("HW"))
+
+
 @register_gpu("crop_mirror_normalize")
 def gpu_crop_mirror_normalize(op, batch, inputs, arg_inputs):
     """``fn.crop_mirror_normalize`` on GPU batches (HWC uint8 in)."""
     from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
-    if not set(arg_inputs) <= _BATCH_ARGS:
+    if not set(arg_inputs) <= _BATCH_ARGS or not _images(x):
         return host_fallback(op, batch, inputs, arg_inputs)
     windows, mirror = batch_windows(op, x, arg_inputs)
     if len(windows):
