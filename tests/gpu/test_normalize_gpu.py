@@ -115,6 +115,32 @@ def test_channel_first_and_grayscale(axis_names, make_images):
                                               shift=128.0), layout="HW")
 
 
+SPEECH_CASES = {
+    "over_time": dict(axes=[1]),
+    "all_axes": dict(),
+    "over_time_ddof_epsilon": dict(axes=[1], ddof=1, epsilon=1e-3, scale=2.0, shift=0.5),
+    "over_time_given_stddev": dict(axes=[1], stddev=12.0),
+    "over_time_float16_out": dict(axes=[1], dtype=types.FLOAT16),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEECH_CASES))
+def test_speech_front_end_shapes(case, rng):
+    """The speech front end's normalize: mel spectrograms (64, T_i) in dB, T_i different per
+    utterance, each sample's own statistics over time (axes=(1,)) or over everything, in one
+    ragged_stats launch for the batch (normalize_stats.py); lengths past a block's 256 threads."""
+    mels = [rng.normal(-40.0, 12.0, (64, int(t))).astype(np.float32) for t in (1, 37, 256, 257, 1999, 640)]
+    kwargs = SPEECH_CASES[case]
+    _compare(mels, lambda x: fn.normalize(x, **kwargs), layout="ft")
+
+
+@pytest.mark.parametrize("axes", [[1], [0, 1]], ids=["over_time", "all_axes"])
+def test_float16_input_ragged_statistics(axes, rng):
+    """float16 samples: the statistics kernel's half-precision loads."""
+    mels = [rng.normal(-40.0, 12.0, (64, int(t))).astype(np.float16) for t in (5, 300, 900)]
+    _compare(mels, lambda x: fn.normalize(x, axes=axes), layout="ft")
+
+
 @pytest.mark.parametrize("same_size", [True, False], ids=["dense", "ragged"])
 def test_input_in_one_flat_buffer(same_size, make_images):
     """A GPU operator's output (one buffer for the batch) as the input."""

@@ -4,10 +4,12 @@ Every sample's reduced axes and given mean/stddev are planned for the whole batc
 NumPy (:func:`batch_params`: the numbers and the checks of the CPU operator's ``Normalize._params``);
 a bad argument reruns ``_params`` sample by sample, so it fails as it does on the CPU, naming the
 sample. No host step runs once per sample (issue 16), except for given mean/stddev tensors whose
-shapes differ from sample to sample (planned sample by sample) and statistics computed over a
-ragged batch (reduced sample by sample with CuPy). The statistics that are
-not given are reduced in float64 with CuPy, over the whole ``(N, ...)`` array at once when the
-samples share a shape and lie back to back in one buffer, else sample by sample. Every sample's
+shapes differ from sample to sample (planned sample by sample) and deviations about given means, or
+over the whole batch, on a ragged batch (reduced sample by sample with CuPy). The statistics
+that are not given are reduced in float64 with CuPy, over the whole ``(N, ...)`` array at once
+when the samples share a shape and lie back to back in one buffer; on a ragged batch, each
+sample's own mean and deviation by one launch of ``kernels/ragged_stats.cu`` for the batch
+(:mod:`.normalize_stats`), else sample by sample. Every sample's
 mean and ``scale / stddev`` then sit in two flat float64 tables (one entry per element of the
 sample's kept extents; one entry set for the whole batch with ``batch=True``), and the map runs
 as a few CuPy calls over the dense array, or as one launch of ``kernels/normalize.cu`` over a
@@ -40,6 +42,7 @@ from stoker.operators.gpu_registry import (
     upload_table,
 )
 from stoker.operators.image.normalize import param_array
+from stoker.operators.image.normalize_stats import ragged_stats, stats_rows
 from stoker.operators.tensor._axes import resolve_axes
 
 # Element types the kernel has a variant for, by the suffix of its name (normalize_<in>_<out>).
@@ -250,7 +253,7 @@ def _given_factor(op, std):
         return scale / np.asarray(op._given_std(std), np.float64)
 
 
-def build_tables(xp, upload, op, given, keeps, parts, axes, counts, dense_n):
+def build_tables(xp, upload, op, given, keeps, parts, axes, counts, dense_n, batch_stats=None):
     """The mean and factor (``scale / stddev``) tables of a batch.
 
     ``given`` is ``(mean, stddev)`` as :func:`batch_params` gives them (None, a (N, *P) array or
@@ -258,6 +261,9 @@ def build_tables(xp, upload, op, given, keeps, parts, axes, counts, dense_n):
     the arrays statistics are reduced over: ``[X]`` with ``X`` the dense ``(N, ...)`` batch
     (``dense_n`` = N, ``axes`` counted with the batch axis, and including it with
     ``batch=True``), or the samples (``dense_n`` None). ``upload`` puts a host array on the device.
+    ``batch_stats(need_std)``, given for a ragged batch, computes every sample's own mean (and
+    deviation) for the whole batch at once, as ``compute_stats`` would (then ``parts`` is unused
+    when no mean is given and ``batch`` is off).
     Returns ``((mean, shared), (factor, shared))``: flat float64 device tables where sample ``i``'s
     entries start at its offset among the kept sizes, or, ``shared``, one entry set for all."""
     a = op.args
@@ -283,8 +289,11 @@ def build_tables(xp, upload, op, given, keeps, parts, axes, counts, dense_n):
         else:  # statistics reduced sample by sample (a ragged batch): one centre each
             offs = flat_offsets(sizes).tolist()
             centres = [table[o:o + s].reshape(k) for o, s, k in zip(offs, sizes.tolist(), map(tuple, keeps.tolist()))]
-    means, stds = compute_stats(xp, parts, axes, counts, centres, factor_tab is None, batch,
-                                int(a["ddof"]), float(a["epsilon"]))
+    if batch_stats is not None and centres is None and not batch:
+        means, stds = batch_stats(factor_tab is None)
+    else:
+        means, stds = compute_stats(xp, parts, axes, counts, centres, factor_tab is None, batch,
+                                    int(a["ddof"]), float(a["epsilon"]))
     if mean_tab is None:
         mean_tab = (_flat(xp, means), batch)
     if factor_tab is None:
@@ -358,6 +367,24 @@ def kernel_rows(shapes, axes) -> np.ndarray | None:
     return rows
 
 
+def _ragged_tables(xp, upload, op, x, ptrs, given, keeps, shapes, axes, counts):
+    """:func:`build_tables` for a ragged batch ``x`` (contiguous samples at ``ptrs``): each
+    sample's own statistics, when no mean is given, in one launch for the batch (host work that
+    does not grow with it); deviations about given means, and ``batch=True``, sample by sample."""
+    a = op.args
+    rows = stats_rows(shapes, axes) if given[0] is None and not a["batch"] else None
+    batch_stats = None
+    if rows is not None:
+        suffix, ddof, eps = _SUFFIX[x.element_dtype()], int(a["ddof"]), float(a["epsilon"])
+
+        def batch_stats(need_std):
+            return ragged_stats(xp, upload, ptrs, rows, suffix, need_std, ddof, eps)
+
+    # the per-sample views, only where the statistics are reduced sample by sample
+    samples = x.samples() if rows is None and (given[0] is None or given[1] is None) else None
+    return build_tables(xp, upload, op, given, keeps, samples, tuple(axes), counts, None, batch_stats)
+
+
 def _offsets(table, sizes) -> np.ndarray:
     """Where each sample's entries start in a table (all at 0 in a shared one)."""
     return np.zeros(len(sizes), np.int64) if table[1] else flat_offsets(sizes)
@@ -416,9 +443,8 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     if rows is None:
         return host_fallback(op, batch, inputs, arg_inputs)
     x = contiguous_samples(x)
-    # statistics to compute over a ragged batch are reduced sample by sample (per-sample views)
-    samples = x.samples() if mean is None or std is None else None
-    mean_tab, factor_tab = build_tables(cp, upload, op, given, keeps, samples, tuple(axes), counts, None)
+    ptrs = x.geometry()[0]
+    mean_tab, factor_tab = _ragged_tables(cp, upload, op, x, ptrs, given, keeps, shapes, axes, counts)
     rows[:, 3] = _offsets(mean_tab, sizes)
     rows[:, 4] = _offsets(factor_tab, sizes)
 
@@ -426,7 +452,7 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     buf, offsets, out = flat_output(shapes, sample_sizes, out_type, layout, x.source_info())
     if not sample_sizes.any():
         return [out]
-    rows[:, 0] = x.geometry()[0]
+    rows[:, 0] = ptrs
     rows[:, 1] = buf.data.ptr + offsets * out_type.itemsize
     grid, block = grid_for(int(sample_sizes.max()), n)
     kernel = cuda.load_kernel("normalize", f"normalize_{_SUFFIX[in_type]}_{_SUFFIX[out_type]}")
