@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from stoker import settings
 from stoker._cli_pipeline import CLIError, gpu_nodes, load_pipeline
 
 # Shares of wall time above which a stage or an item counts as the limit (see verdict()).
@@ -172,7 +173,7 @@ class GpuSampler:
 
             pynvml.nvmlInit()
             # NVML counts all GPUs; CUDA_VISIBLE_DEVICES renumbers them for CUDA.
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            visible = settings.external_env("CUDA_VISIBLE_DEVICES", "").split(",")
             index = int(visible[device_id]) if visible[0].strip().isdigit() and device_id < len(visible) \
                 else device_id
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)

@@ -369,6 +369,33 @@ def child_environ(base: Mapping[str, str] | None = None, **values: Any) -> dict[
     return env
 
 
+# --- variables that are not stoker's settings --------------------------------------------------
+# Every read of the environment in stoker goes through this module (tests/test_env_reads.py), so
+# that what a process's behaviour depends on is found in one place.
+
+def external_env(name: str, default: str | None = None) -> str | None:
+    """Environment variable ``name``, one that is not a stoker setting: another program's
+    (``LOCAL_RANK``, ``CUDA_VISIBLE_DEVICES``, glibc's ``MALLOC_TOP_PAD_``) or a private variable
+    that a stoker helper process reads at startup (``_STOKER_DECODE_AFFINITY``). Read now, each
+    call, and returned as it is (an empty value too); ``default`` where it is unset."""
+    if name.startswith(PREFIX):
+        raise ValueError(f"{name} is a stoker setting: read it with settings.get()")
+    return os.environ.get(name, default)
+
+
+def external_env_names() -> list[str]:
+    """The names of the variables set in this process's environment now (for checks such as
+    "does the user tune glibc malloc with a ``MALLOC_*_`` variable")."""
+    return list(os.environ)
+
+
+def process_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """A copy of the environment for a child process: ``base`` (default: this process's), with
+    the private variables ``extra`` set. Unlike :func:`child_environ` it writes no settings in:
+    for helpers that read none (the I/O helper) or whose environment was built by it already."""
+    return {**(os.environ if base is None else base), **extra}
+
+
 # --- documentation -----------------------------------------------------------------------------
 
 def user_settings() -> list[Setting]:

@@ -24,9 +24,9 @@ from stoker import settings
 
 def local_ranks(environ=None) -> tuple[int, int] | None:
     """``(local rank, ranks on this host)`` from the launcher's variables, or None for one rank."""
-    env = os.environ if environ is None else environ
+    read = settings.external_env if environ is None else environ.get  # (environ: given by tests)
     for rank_var, size_var in (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
-        rank, size = env.get(rank_var), env.get(size_var)
+        rank, size = read(rank_var), read(size_var)
         if rank is None or size is None:
             continue
         try:

@@ -21,6 +21,8 @@ import ctypes
 import os
 import threading
 
+from stoker import settings
+
 TOP_PAD = 64 << 20
 _M_TOP_PAD = -2  # mallopt's parameter number (malloc.h)
 _lock = threading.Lock()
@@ -37,7 +39,8 @@ def keep_freed_memory() -> bool:
 
 
 def _set_top_pad() -> bool:
-    if "MALLOC_TOP_PAD_" in os.environ or "glibc.malloc.top_pad" in os.environ.get("GLIBC_TUNABLES", ""):
+    if settings.external_env("MALLOC_TOP_PAD_") is not None \
+            or "glibc.malloc.top_pad" in settings.external_env("GLIBC_TUNABLES", ""):
         return False
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):

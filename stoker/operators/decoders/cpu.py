@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import ctypes
 import io
-import os
 import platform
 import sys
 
@@ -163,7 +162,7 @@ def _tune_allocator() -> bool:
     _ALLOCATOR_TUNED = False
     if not settings.get().malloc_tuning or not sys.platform.startswith("linux"):
         return False
-    if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
+    if any(k.startswith("MALLOC_") and k.endswith("_") for k in settings.external_env_names()):
         return False  # the user tunes glibc malloc themselves
     if platform.libc_ver()[0] != "glibc":
         return False

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Sequence
 
 import cv2
 import numpy as np
 from PIL import Image
 
+from stoker import settings
 from stoker.operators.image import resample_torch
 from stoker.types import DALIInterpType
 
@@ -47,7 +47,7 @@ _A = -0.5  # Keys cubic parameter (Catmull-Rom)
 # faults in fresh pages for its intermediate and output images; keeping a few
 # freed blocks measured about 2x faster for 500x375 -> 224x224. A user's own
 # PILLOW_BLOCKS_MAX setting wins.
-if "PILLOW_BLOCKS_MAX" not in os.environ and Image.core.get_blocks_max() == 0:
+if settings.external_env("PILLOW_BLOCKS_MAX") is None and Image.core.get_blocks_max() == 0:
     Image.core.set_blocks_max(8)
 
 

@@ -348,9 +348,10 @@ def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
         kind, target = ("module", rest[1]) if rest[0] == "-m" else ("path", os.path.abspath(rest[0]))
         argv = [sys.executable, "-I", *flags, os.path.abspath(__file__), "--launch", kind, target, fd, *after_fd]
         # (in the environment, not the command line: the helpers' `ps` lines stay short)
-        env = dict(os.environ if env is None else env,
-                   _STOKER_HELPER_SYS_PATH=json.dumps(_helper_sys_path()),
-                   _STOKER_HELPER_PACKAGE=_PACKAGE_DIR)
+        from stoker import settings  # (here, in the pipeline's process: the helper has no stoker yet)
+
+        env = settings.process_env(env, _STOKER_HELPER_SYS_PATH=json.dumps(_helper_sys_path()),
+                                   _STOKER_HELPER_PACKAGE=_PACKAGE_DIR)
     try:
         proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
     finally:
@@ -445,7 +446,9 @@ class ReadWorker:
         self._np = np
         # (the helper's JPEG structure check imports NumPy, and its LMDB reads lmdb, from where
         # this process has them)
-        env = dict(os.environ, _STOKER_HELPER_NUMPY=os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))))
+        from stoker import settings  # (not at the top: this file also runs as the helper, without stoker)
+
+        env = settings.process_env(_STOKER_HELPER_NUMPY=os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))))
         lmdb_dir = _package_folder("lmdb")
         if lmdb_dir:
             env["_STOKER_HELPER_LMDB"] = lmdb_dir

@@ -74,7 +74,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
     nice = settings.get().cpu_decode_nice
     if nice:
         os.nice(nice)
-    cores = os.environ.get("_STOKER_DECODE_AFFINITY", "")
+    cores = settings.external_env("_STOKER_DECODE_AFFINITY", "")
     if cores:  # before any thread starts: the pool's threads inherit it
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
     maps: dict[int, tuple] = {}  # slot id -> (mmap, uint8 view)
