@@ -53,9 +53,9 @@ def _instrument(timers: collections.Counter) -> None:
                 timers[key_of(*a, **kw)] += time.perf_counter() - t
         return wrapper
 
-    ex.Executor._run_node = timed(ex.Executor._run_node,
+    ex.Executor.run_node = timed(ex.Executor.run_node,
                                   lambda self, node, it, gpu: node.op_name if gpu else "cpu:" + node.op_name)
-    ex.Executor._prepare_gpu_nodes = timed(ex.Executor._prepare_gpu_nodes, lambda self, it: "prepare:gpu nodes")
+    ex.Executor.prepare_gpu_nodes = timed(ex.Executor.prepare_gpu_nodes, lambda self, it: "prepare:gpu nodes")
     fusion.run_fused = timed(fusion.run_fused, lambda ex_, step, it: "cpu:fused")
 
 

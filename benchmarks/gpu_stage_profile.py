@@ -34,7 +34,7 @@ def instrument(timers: collections.Counter) -> None:
     """Time the executor's stages and every operator run (host wall time)."""
     from stoker.pipeline import executor as ex
 
-    for name in ("_run_cpu_stage", "_run_gpu_stage", "_prepare_gpu_nodes"):
+    for name in ("_run_cpu_stage", "_run_gpu_stage", "prepare_gpu_nodes"):
         orig = getattr(ex.Executor, name)
 
         def timed(self, it, *a, _orig=orig, _name=name):
@@ -45,7 +45,7 @@ def instrument(timers: collections.Counter) -> None:
                 timers[_name] += time.perf_counter() - t
 
         setattr(ex.Executor, name, timed)
-    orig_node = ex.Executor._run_node
+    orig_node = ex.Executor.run_node
 
     def run_node(self, node, it, gpu):
         t = time.perf_counter()
@@ -54,7 +54,7 @@ def instrument(timers: collections.Counter) -> None:
         finally:
             timers[("gpu:" if gpu else "cpu:") + node.op_name] += time.perf_counter() - t
 
-    ex.Executor._run_node = run_node
+    ex.Executor.run_node = run_node
 
 
 class Sampler(threading.Thread):

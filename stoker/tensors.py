@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -106,12 +107,34 @@ class SampleList:
         return self._samples[0].ndim if self._samples else 0
 
 
+@dataclass(frozen=True)
+class ReadHints:
+    """What a reader learned about a batch of encoded samples while reading it, for the mixed
+    decoders (:func:`stoker.operators.decoders.mixed.common.frame_hints`): none of it changes the
+    samples' values, so a batch made from another (a copy, a take, a pickle) simply has none.
+
+    ``frame_hints``: each sample's JPEG frame header, an (N, 6) int64 array scanned by readers.file's
+    I/O helper process (:func:`stoker.backend.jpeg_header.frame_hint`'s fields), or None.
+    ``located``: the samples' (addresses, sizes) as two uint64 arrays when they are known, so the
+    hardware engines' staging needs no step per sample; or None.
+    ``base``: the one buffer all the samples are views of (the container readers), from which
+    the decoders scan the frame hints in bulk (:mod:`stoker.backend.jpeg_header_bulk`); or None.
+    """
+
+    frame_hints: np.ndarray | None = None
+    located: tuple | None = None
+    base: np.ndarray | None = None
+
+
 class TensorListCPU(SampleList):
     """A batch of host samples (DALI's ``TensorListCPU``).
 
     Build one from a list of arrays, from a dense array whose first axis is the
     batch, or from anything with ``__array__`` / DLPack.
     """
+
+    # Set by a reader on the batch of encoded samples it returns (see ReadHints); None otherwise.
+    read_hints: ReadHints | None = None
 
     def __init__(self, data, layout: str = "", source_info: Sequence[str] | None = None):
         if isinstance(data, TensorListCPU):

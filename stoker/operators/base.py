@@ -78,6 +78,18 @@ class BatchContext:
         return np.arange(n, dtype=np.int64) + self.index_offset
 
 
+class HostHalf:
+    """Base of a GPU-stage operator's host-half result (what its ``prepare`` returns, given to its
+    run_gpu as ``BatchContext.prepared``) that holds resources: staging buffers, a device buffer
+    permit, queued decode jobs. When the batch is dropped before its GPU stage (a refill after a
+    failed sample, or the pipeline closing), the executor calls :meth:`cancel`. Results of any
+    other type (a reader's sample references, a Future) are never called off."""
+
+    def cancel(self) -> None:
+        """Give back what the batch holds; a second call, or one after run_gpu used the result,
+        must do nothing."""
+
+
 @dataclass
 class SampleContext:
     """What an operator knows about one sample: where it came from and its random stream."""
@@ -220,6 +232,12 @@ class Operator:
     # batches, and the instance pickles: it may then run in a helper process, off the pipeline's
     # GIL (stoker.pipeline.batch_offload).
     offload_cpu = False
+    # True on a class whose own run_cpu only checks batch-level arguments or adds argument inputs
+    # and then calls the inherited run_cpu, returning its result unchanged: the samples are still
+    # computed by run_sample alone, so pipeline fusion may call run_sample directly. Read from the
+    # class that defines run_cpu (its own __dict__), so a subclass that overrides run_cpu again
+    # must set it again (stoker.pipeline.fusion.per_sample).
+    run_cpu_wraps_samples = False
 
     @property
     def num_outputs(self) -> int:

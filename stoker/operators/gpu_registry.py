@@ -47,7 +47,10 @@ def register_gpu(name: str, devices: tuple[str, ...] = ("gpu",), prepare: Callab
 
     ``prepare(op, ctx, inputs, arg_inputs)``, if given, is host-only work the
     executor runs in the CPU stage (overlapping the previous GPU stage); its
-    result reaches ``fn`` as ``batch.prepared``.
+    result reaches ``fn`` as ``batch.prepared``. A result that holds resources
+    (staging buffers, a device buffer permit) is a
+    :class:`stoker.operators.base.HostHalf`, whose ``cancel`` the executor calls
+    when the batch is dropped before its GPU stage.
     """
 
     def deco(fn):

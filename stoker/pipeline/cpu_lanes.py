@@ -41,10 +41,10 @@ def start(ex, marker) -> int:
     returns the count (1: none started, the executor runs its plain CPU worker)."""
     lanes = lane_count(ex)
     if lanes > 1:
-        turns, steps = Turns(lambda: ex._closed), split_source_steps(ex)
+        turns, steps = Turns(lambda: ex.closed), split_source_steps(ex)
         stop = LaneStop(ex, lanes, marker)
         for k in range(lanes):
-            ex._start(lambda: run_lane(ex, turns, *steps, stop), f"stoker-cpu-stage-{k}")
+            ex.start_thread(lambda: run_lane(ex, turns, *steps, stop), f"stoker-cpu-stage-{k}")
     return lanes
 
 
@@ -62,7 +62,7 @@ def lane_count(ex) -> int:
     wanted = settings.get().cpu_lanes
     if wanted is not None:
         return max(1, min(2, wanted))
-    return 2 if getattr(ex, "_batch_offload", None) is not None else 1
+    return 2 if ex.batch_offload is not None else 1
 
 
 class Turns:
@@ -91,47 +91,47 @@ class Turns:
 def split_source_steps(ex) -> tuple[list, list]:
     """The CPU steps of the sources (run in the advance turn) and the others."""
     ids = {n.id for n in ex.graph.source_nodes}
-    sources = [s for s in ex._cpu_steps if getattr(s, "id", None) in ids]
-    return sources, [s for s in ex._cpu_steps if getattr(s, "id", None) not in ids]
+    sources = [s for s in ex.cpu_steps if getattr(s, "id", None) in ids]
+    return sources, [s for s in ex.cpu_steps if getattr(s, "id", None) not in ids]
 
 
 def run_lane(ex, turns: Turns, source_steps: list, other_steps: list, stop) -> None:
-    """One CPU-stage thread: iterations from ``ex._in`` through the three parts; ``stop()`` is
+    """One CPU-stage thread: iterations from ``ex.next_scheduled()`` through the three parts; ``stop()`` is
     called when the executor's stop marker comes."""
     while True:
-        it = ex._in.get()
+        it = ex.next_scheduled()
         if it is stop.marker:
             stop()
             return
         try:
             with turns.turn("advance", it.seq):
                 _advance(ex, it, source_steps)
-            if it.error is None and not ex._closed:
+            if it.error is None and not ex.closed:
                 _middle(ex, it, other_steps)
             with turns.turn("hand", it.seq):
-                if it.error is None and not ex._closed:
+                if it.error is None and not ex.closed:
                     _hand_over(ex, it)
-                if ex._closed and it.error is None:
+                if ex.closed and it.error is None:
                     it.error = StokerError("the pipeline was closed")
-                ex._mid.put(it)
+                ex.hand_on(it)
         except StokerError as e:  # closed while waiting for a turn: the stage threads are ending
             it.error = e
-            ex._mid.put(it)
+            ex.hand_on(it)
 
 
 def _advance(ex, it, source_steps: list) -> None:
-    if ex._closed:
+    if ex.closed:
         it.error = StokerError("the pipeline was closed")
         return
-    if ex._ended:
+    if ex.ended:
         it.error = StopIteration()
         return
     try:
-        ex._advance(it, ex.batch_size)
+        ex.advance_sources(it, ex.batch_size)
         fusion.run_steps(ex, source_steps, it)
         it.state = ex.graph.source_state(it.index + 1)
     except StopIteration as e:
-        ex._ended = True
+        ex.ended = True
         it.error = e
     except BaseException as e:  # noqa: BLE001 - handed to the consumer, who re-raises
         it.error = e
@@ -146,7 +146,7 @@ def _middle(ex, it, other_steps: list) -> None:
 
 def _hand_over(ex, it) -> None:
     try:
-        ex._prepare_gpu_nodes(it)
+        ex.prepare_gpu_nodes(it)
     except BaseException as e:  # noqa: BLE001 - handed to the consumer, who re-raises
         it.error = e
 
@@ -163,4 +163,4 @@ class LaneStop:
             self.left -= 1
             last = self.left == 0
         if last:
-            self.ex._mid.put(self.marker)
+            self.ex.hand_on(self.marker)

@@ -93,7 +93,7 @@ class _Recorder(GraphRecorder):
 class DebugRunner(Executor):
     """The executor of a debug-mode pipeline: runs one node at a time, when the function calls it.
 
-    It reuses :meth:`Executor._run_node` (contexts, conditional branches, error messages), so
+    It reuses :meth:`Executor.run_node` (contexts, conditional branches, error messages), so
     it is built without the staged executor's threads and queues."""
 
     def __init__(self, pipe):  # (no super().__init__: no stages, queues or helper processes)
@@ -167,10 +167,10 @@ class DebugRunner(Executor):
             gpu = self._gpu_context(node)
             with gpu.activate():
                 self._prepare_host(node, inst, it)
-                self._run_node(node, it, gpu=True)
+                self.run_node(node, it, gpu=True)
             gpu.stream.synchronize()  # the user may read the batch on the host right away
         else:
-            self._run_node(node, it, gpu=False)
+            self.run_node(node, it, gpu=False)
 
     def _advance(self, node: OpNode, inst, it: Iteration) -> None:
         ctx = BatchContext(self.batch_size, it.index, pool=self.pool)

@@ -20,7 +20,6 @@ not hold more device batches.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import contextlib
 import logging
@@ -33,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stoker import settings
-from stoker.errors import OperatorError, StokerError, printable
-from stoker.operators.base import BatchContext
-from stoker.pipeline import conditionals, cpu_lanes, fusion
+from stoker.errors import OperatorError, StokerError
+from stoker.operators.base import BatchContext, HostHalf
+from stoker.pipeline import conditionals, cpu_lanes, fusion, sample_drops
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
@@ -67,14 +66,13 @@ if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's t
     os.register_at_fork(after_in_child=_open_executors.clear)
 
 
-def _cancel(prepared) -> None:
-    """Call off a GPU node's host half whose batch was dropped: a prepared dict's ``"cancel"``
-    callable, or a prepared dataclass's ``cancel`` (a mixed decoder's ``PreparedBatch`` returns
-    its device buffer permit). Only those: a reader's refs or a Future must not be called off."""
-    own = hasattr(type(prepared), "__dataclass_fields__")
-    cancel = prepared.get("cancel") if isinstance(prepared, dict) else getattr(prepared, "cancel", 0) if own else 0
-    if callable(cancel):
-        cancel()
+def cancel_prepared(prepared) -> None:
+    """Call off a GPU node's host half whose batch was dropped, where it holds resources
+    (:class:`~stoker.operators.base.HostHalf`: a mixed decoder's ``PreparedBatch`` returns its
+    device buffer permit, the GPU numpy reader's ``StagedBatch`` its staging buffers). Nothing
+    else: a reader's refs or a Future must not be called off."""
+    if isinstance(prepared, HostHalf):
+        prepared.cancel()
 
 
 def is_gpu_batch(value) -> bool:
@@ -162,9 +160,9 @@ class Executor:
             self._gpu_outputs = threading.Semaphore(max(1, gpu_queue - 1)) if has_gpu else None
             self._cpu_lanes = cpu_lanes.start(self, _STOP)  # 2 threads where it pays, else 1:
             if self._cpu_lanes == 1:
-                self._start(self._cpu_worker, "stoker-cpu-stage")
+                self.start_thread(self._cpu_worker, "stoker-cpu-stage")
             if has_gpu:
-                self._start(self._gpu_worker, "stoker-gpu-stage")
+                self.start_thread(self._gpu_worker, "stoker-gpu-stage")
 
     def _timed(self, kind: str, what):
         return self.timer(kind, what) if self.timer is not None else contextlib.nullcontext()
@@ -200,8 +198,37 @@ class Executor:
 
     @property
     def ended(self) -> bool:
-        """True once a source raised StopIteration (until drain())."""
+        """True once a source raised StopIteration (until drain()); the CPU-stage lanes set it."""
         return self._ended
+
+    @ended.setter
+    def ended(self, value: bool) -> None:
+        self._ended = value
+
+    @property
+    def closed(self) -> bool:
+        """True once close() began: the stage threads then skip the iterations still queued."""
+        return self._closed
+
+    @property
+    def cpu_steps(self) -> list:
+        """The CPU stage's steps in order: OpNodes run one by one and ``fusion.FusedStep`` chains."""
+        return self._cpu_steps
+
+    @property
+    def batch_offload(self):
+        """The batch operators' helper process (stoker.pipeline.batch_offload), or None."""
+        return getattr(self, "_batch_offload", None)
+
+    def next_scheduled(self):
+        """The next scheduled iteration, or the stop marker once closing (asynchronous executors
+        only; blocks): what a CPU-stage thread works on next."""
+        return self._in.get()
+
+    def hand_on(self, it) -> None:
+        """Put ``it`` (or the stop marker) on the GPU stage's queue, in order (asynchronous
+        executors only; blocks while that queue is full)."""
+        self._mid.put(it)
 
     @property
     def pending(self) -> int:
@@ -257,7 +284,8 @@ class Executor:
                 offload.close()
             _open_executors.discard(self)
 
-    def _start(self, target, name):
+    def start_thread(self, target, name: str) -> None:
+        """Run ``target`` on a daemon stage thread that close() joins."""
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
         self._threads.append(t)
@@ -289,7 +317,7 @@ class Executor:
                 # Keep reading _mid until the CPU stage's _STOP (it would block on a full queue
                 # otherwise) and call off what the iterations hold (a mixed decoder's buffers).
                 for prepared in (it.values.get("prepared") or {}).values():
-                    _cancel(prepared)
+                    cancel_prepared(prepared)
                 continue
             with self._stage_lock, self._timed("stage", "gpu"):
                 self._run_gpu_stage(it)
@@ -302,13 +330,13 @@ class Executor:
         try:
             if self.tracker.active:
                 it.track = Track(target=self.batch_size)
-            self._advance(it, self.batch_size)
+            self.advance_sources(it, self.batch_size)
             self._run_steps(it)
             if it.dropped or (it.track is not None and it.track.taken < it.track.target):
                 self._repair(it)
             if self.tracker.mask_nodes:
                 fill_masks(it, self.tracker.mask_nodes)
-            self._prepare_gpu_nodes(it)
+            self.prepare_gpu_nodes(it)
             it.state = self.graph.source_state(it.index + 1)
         except StopIteration as e:
             self._ended = True
@@ -332,7 +360,7 @@ class Executor:
             with self.gpu.activate():
                 prepared = it.values.get("prepared") or {}
                 for node in self.graph.gpu_nodes:
-                    self._run_node(node, it, gpu=True)
+                    self.run_node(node, it, gpu=True)
                     prepared.pop(node.id, None)  # a mixed decoder's host half holds its buffers
                     # A device batch no later operator reads goes back to the pool at once, so the
                     # stage's peak is not the sum of all its intermediates (ordered on this stream).
@@ -347,15 +375,15 @@ class Executor:
         except BaseException as e:  # noqa: BLE001
             it.error = e
 
-    def _advance(self, it: Iteration, count: int, has_samples: bool = False) -> int:
-        """Advance the sources by up to ``count`` samples (fewer where a padded reader's pass
-        ends); returns how many."""
+    def advance_sources(self, it: Iteration, count: int, has_samples: bool = False) -> int:
+        """Advance the sources by up to ``count`` samples for ``it`` (fewer where a padded
+        reader's pass ends; ``has_samples``: ``it`` holds some already); returns how many."""
         if it.track is None:
-            self._advance_sources(it, count)
+            self._advance_all(it, count)
             return count
-        return self.tracker.advance(it, lambda k: self._advance_sources(it, k), count, has_samples)
+        return self.tracker.advance(it, lambda k: self._advance_all(it, k), count, has_samples)
 
-    def _advance_sources(self, it: Iteration, count: int) -> None:
+    def _advance_all(self, it: Iteration, count: int) -> None:
         prepared = {}
         sizes = []
         for node in self.graph.source_nodes:
@@ -393,19 +421,19 @@ class Executor:
             need = target - it.batch_size - len(subs)
             sub = Iteration(it.index, offset=target * rounds)
             sub.track = tr.child() if tr is not None else None
-            if not self._advance(sub, need, has_samples=it.batch_size > 0):
+            if not self.advance_sources(sub, need, has_samples=it.batch_size > 0):
                 pad = need  # a padded reader's pass ended: pad instead of reading the next pass
                 break
             fusion.run_steps(self, self._cpu_steps, sub)
             for key, value in sub.values.items():
                 if key != "prepared":
-                    it.values[key] = _concat(it.values[key], value)
+                    it.values[key] = sample_drops.concat(it.values[key], value)
             it.batch_size += sub.batch_size
             it.reports.extend(sub.reports)
             if tr is not None:
                 tr.merge(sub.track)
         if tr is not None:
-            complete_batch(it, pad, _take)
+            complete_batch(it, pad, sample_drops.take)
         with self._lock:
             self.error_reports.extend(it.reports)
             self.error_count += len(it.reports)
@@ -413,7 +441,7 @@ class Executor:
             _log.warning("stoker: %s sample %s at iteration %d (%s: %s)", r["action"], r["source"] or "?",
                          r["iteration"], r["operator"], r["reason"])
 
-    def _prepare_gpu_nodes(self, it: Iteration) -> None:
+    def prepare_gpu_nodes(self, it: Iteration) -> None:
         """Host-side work of GPU-stage operators fed only by host data (a mixed decoder parsing
         headers and drawing crop windows), done here so that it overlaps the previous GPU stage.
         The operator gets the result as ``ctx.prepared`` in ``run_gpu``.
@@ -427,9 +455,9 @@ class Executor:
                 return
             it.reports = []  # those of the CPU stage's own repair are recorded already
             for node, ctx, n in failed:
-                self._drop(it, node, ctx, n)
+                self.drop_samples(it, node, ctx, n)
             for node in self.graph.gpu_nodes:  # work started for the dropped batch is called off
-                _cancel(it.values["prepared"].pop(node.id, None))
+                cancel_prepared(it.values["prepared"].pop(node.id, None))
             self._repair(it)
         raise OperatorError("samples kept failing after several refills", operator="executor")
 
@@ -460,7 +488,10 @@ class Executor:
                 break  # the batch changes: prepare every node again once it is refilled
         return failed
 
-    def _run_node(self, node, it: Iteration, gpu: bool) -> None:
+    def run_node(self, node, it: Iteration, gpu: bool) -> None:
+        """Run graph node ``node`` on iteration ``it``'s values (its whole batch, or its branch's
+        samples) on the CPU or, with ``gpu``, the GPU stage; its outputs go to ``it.values`` and
+        its failed samples are dropped (:meth:`drop_samples`). Errors name the operator."""
         inst = self.graph.instances[node.id]
         inputs = [it.values[(x.source.id, x.index)] for x in node.inputs]
         arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
@@ -492,7 +523,7 @@ class Executor:
         except Exception as e:
             raise annotated_error(e, node) from e
         if ctx.failures:
-            self._drop(it, node, ctx, n)
+            self.drop_samples(it, node, ctx, n)
         for i, out in enumerate(outs):
             it.values[(node.id, i)] = out
 
@@ -517,82 +548,10 @@ class Executor:
             others |= set().union(*(mine[j] for j in picked if j != i))
         return frozenset(i for i in picked if not mine[i] & others)
 
-    def _drop(self, it: Iteration, node, ctx: BatchContext, n: int) -> None:
-        """Remove the samples that failed in ``node`` from everything computed so far in ``it``."""
-        if node.scope is not None or it.scopes:  # the batch is split by a conditional
-            failures = self._drop_split(it, node, ctx)
-            n = it.batch_size  # the whole batch's size, before the drop
-        else:
-            failures = ctx.failures
-            keep = [i for i in range(n) if i not in failures]
-            for key, value in list(it.values.items()):
-                if key != "prepared" and len(value) == n:
-                    it.values[key] = _take(value, keep)
-        policy = self.graph.instances[node.id].args.get("on_error") or ctx.on_error
-        tr = it.track
-        for i, err in sorted(failures.items()):
-            ordinal = tr.slots[i] if tr is not None and len(tr.slots) == n else None
-            if policy == "substitute" and ordinal is not None:
-                tr.substitutes.append(ordinal)
-            if ordinal is not None and tr.is_padding(ordinal):
-                continue  # pad_last_batch repeats the pass's last sample: reported once already
-            # Names and reasons go to logs: escaped where they hold control characters (printable).
-            it.reports.append({"source": printable(err.source) if err.source else err.source,
-                               "operator": err.operator, "reason": printable(err.reason),
-                               "iteration": it.index, "action": "substituted" if policy == "substitute"
-                               else "skipped",
-                               "epoch": tr.epoch_of(ordinal) if ordinal is not None else None})
-        if tr is not None and len(tr.slots) == n:
-            tr.slots = [tr.slots[i] for i in range(n) if i not in failures]
-        it.batch_size = n - len(failures)
-        it.dropped += len(failures)
-
-    def _drop_split(self, it: Iteration, node, ctx: BatchContext) -> dict:
-        """:meth:`_drop` once a conditional has split the batch: ``node`` may have run on one
-        branch's samples. Its failures are mapped to positions in the whole batch, and those
-        samples leave every value computed so far: whole-batch values, and each branch's values
-        (a branch holds its samples in batch order, :func:`conditionals.scope_sample_ids`). The
-        branches' cached sample indices are renumbered as the whole batch's are, so that the
-        operators still to run see one consistent numbering. Returns {position: error}."""
-        by_id = {x.id: x for x in self.graph.nodes}
-        scopes = {by_id[key[0]].scope for key in it.values if key != "prepared" and key[0] in by_id}
-        scopes.discard(None)
-        if node.scope is not None:
-            scopes.add(node.scope)
-        # every branch's samples, taken before anything changes (their predicates are values too)
-        where = {sc: [i - it.offset for i in conditionals.scope_sample_ids(sc, it)] for sc in scopes}
-        if node.scope is None:
-            failures = dict(ctx.failures)
-        else:
-            failures = {where[node.scope][i]: err for i, err in ctx.failures.items()}
-        size = it.batch_size
-        for key, value in list(it.values.items()):
-            if key == "prepared" or key[0] not in by_id:
-                continue
-            scope = by_id[key[0]].scope
-            positions = where[scope] if scope is not None else range(size)
-            if len(value) == len(positions):
-                it.values[key] = _take(value, [k for k, p in enumerate(positions) if p not in failures])
-        gone = sorted(failures)
-        for scope_id, ids in list(it.scopes.items()):
-            it.scopes[scope_id] = [i - bisect.bisect_left(gone, i - it.offset) for i in ids
-                                   if i - it.offset not in failures]
-        return failures
-
-
-def _take(tl, indices: list[int]):
-    from stoker.tensors import TensorListCPU
-
-    samples = tl.samples()
-    sources = tl.source_info()
-    return TensorListCPU([samples[i] for i in indices], tl.layout(), [sources[i] for i in indices])
-
-
-def _concat(a, b):
-    from stoker.tensors import TensorListCPU
-
-    return TensorListCPU(a.samples() + b.samples(), a.layout() or b.layout(),
-                         list(a.source_info()) + list(b.source_info()))
+    def drop_samples(self, it: Iteration, node, ctx: BatchContext, n: int) -> None:
+        """Remove the samples that failed in ``node`` (``ctx.failures``; ``n``: the size of the
+        batch it ran on) from everything computed so far in ``it`` (used by fused chains too)."""
+        sample_drops.drop_failed(self.graph, it, node, ctx, n)
 
 
 def annotated_error(e: BaseException, node) -> OperatorError:

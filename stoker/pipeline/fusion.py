@@ -13,9 +13,9 @@ every node on its own), for comparison or should a fused chain ever misbehave.
 
 A chain is a run of CPU nodes c0, c1, ... cm (m >= 1) in the graph's topological order where:
 
-* every member computes per sample: its ``run_cpu`` is ``Operator.run_cpu`` (or a wrapper listed
-  in ``_PER_SAMPLE_WRAPPERS``, which only checks or adds argument inputs), ``parallel_samples``
-  is true, it is not a source, not in a conditional branch, and has no control inputs;
+* every member computes per sample: its ``run_cpu`` is ``Operator.run_cpu`` (or a wrapper whose
+  class sets ``Operator.run_cpu_wraps_samples``: it only checks or adds argument inputs),
+  ``parallel_samples`` is true, it is not a source, not in a conditional branch, and has no control inputs;
 * c(j+1)'s only batch input is an output of c(j); its argument inputs come from nodes outside
   the chain that do not depend on it.
 
@@ -32,7 +32,7 @@ Results are bit-identical to the unfused executor: each operator gets the same S
 member c(k), the samples after the failure would, unfused, run the later members at a shifted
 index in a shorter batch; so the fused results of c(k+1).. are thrown away and the segment is
 replayed in its original order from c(k) on: c(0..k-1) keep their fused outputs, c(k) its
-outputs with the failed samples dropped (as ``Executor._drop`` does), everything after runs
+outputs with the failed samples dropped (as ``Executor.drop_samples`` does), everything after runs
 unfused. Under ``on_error="raise"``, or for an exception that is not a sample failure, c(k) is
 run again unfused, which raises exactly as the unfused executor does.
 
@@ -57,15 +57,6 @@ from stoker.errors import OperatorBugError, OperatorError, detached
 from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
 from stoker.pipeline import reduced_decode
 from stoker.tensors import TensorListCPU
-
-# run_cpu overrides that only check batch-level arguments or add argument inputs and then call
-# Operator.run_cpu, returning its result unchanged ("module.Class"). An operator whose class
-# chain holds any other run_cpu is not fused.
-_PER_SAMPLE_WRAPPERS = {
-    "stoker.operators.image.crop.LayoutAware",  # adds the input's layout as "__layout"
-    "stoker.operators.image.resize.Resize",  # checks that the output size is given one way
-    "stoker.operators.image.normalize.Normalize",  # batch=True only (then samples_independent is False)
-}
 
 
 def enabled() -> bool:
@@ -101,7 +92,8 @@ def per_sample(node, inst) -> bool:
             return True
         if "run_batch" in cls.__dict__:  # computes whole batches (Operator.run_batch)
             return False
-        if "run_cpu" in cls.__dict__ and f"{cls.__module__}.{cls.__qualname__}" not in _PER_SAMPLE_WRAPPERS:
+        # (the class's own flag: a subclass overriding a wrapper's run_cpu does not inherit it)
+        if "run_cpu" in cls.__dict__ and not cls.__dict__.get("run_cpu_wraps_samples", False):
             return False
     return False
 
@@ -174,7 +166,7 @@ def run_steps(ex, steps: list, it) -> None:
         if isinstance(step, FusedStep):
             run_fused(ex, step, it)
         else:
-            ex._run_node(step, it, gpu=False)
+            ex.run_node(step, it, gpu=False)
 
 
 def _key(x) -> tuple:
@@ -320,7 +312,7 @@ def _outputs(node, inst, ctx: BatchContext, layouts: list, results: list, kept: 
 def run_fused(ex, step: FusedStep, it) -> None:
     """Run one FusedStep; see the module docstring for how failures keep the unfused results."""
     for node in step.hoisted:
-        ex._run_node(node, it, gpu=False)
+        ex.run_node(node, it, gpu=False)
     try:
         inputs, n, members = _prepare(ex, step, it)
     except Exception:  # noqa: BLE001 - a batch-level error: the unfused order raises it where it would
@@ -368,7 +360,7 @@ def _in_processes(ex, step, it, inputs, n, members, workers) -> bool:
     it.values[(node.id, 0)] = TensorListCPU(outs, layouts[0], [ctx.source(i) for i in range(n)] if ctx.sources
                                             else None)
     for dnode in step.deferred:
-        ex._run_node(dnode, it, gpu=False)
+        ex.run_node(dnode, it, gpu=False)
     return True
 
 
@@ -381,7 +373,7 @@ def _finish_fused(ex, step, it, inputs, n, members, results, failures) -> None:
             it.values[(node.id, m)] = out
     if not failures:
         for node in step.deferred:
-            ex._run_node(node, it, gpu=False)
+            ex.run_node(node, it, gpu=False)
         return
     node = step.chain[k]
     inst, ctx, _, layouts = members[k]
@@ -418,7 +410,7 @@ def _finish_reduced(ex, step, it, n, members, results, failures) -> None:
         ctx.failures = {pos: failed[i] for pos, i in enumerate(left) if i in failed}
         kept = [i for i in left if i not in failed]
         outs = _outputs(node, inst, ctx, layouts, results[j], kept)
-        ex._drop(it, node, ctx, len(left))
+        ex.drop_samples(it, node, ctx, len(left))
         for m, out in enumerate(outs):
             it.values[(node.id, m)] = out
         left = kept
@@ -426,7 +418,7 @@ def _finish_reduced(ex, step, it, n, members, results, failures) -> None:
         _replay(ex, step, it, done=2)
     else:
         for node in step.deferred:
-            ex._run_node(node, it, gpu=False)
+            ex.run_node(node, it, gpu=False)
 
 
 def _replay(ex, step: FusedStep, it, done: int, dropped=None) -> None:
@@ -445,10 +437,10 @@ def _replay(ex, step: FusedStep, it, done: int, dropped=None) -> None:
             passed = True
             if dropped is not None:
                 ctx, n, outs = dropped
-                ex._drop(it, node, ctx, n)
+                ex.drop_samples(it, node, ctx, n)
                 for m, out in enumerate(outs):
                     it.values[(node.id, m)] = out
                 continue
         if node.id in hoisted and not passed and stop is not None:
             continue
-        ex._run_node(node, it, gpu=False)
+        ex.run_node(node, it, gpu=False)

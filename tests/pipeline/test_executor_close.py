@@ -24,8 +24,8 @@ def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
     ex.graph = type("Graph", (), {"gpu_nodes": [object()]})()
     ex._run_cpu_stage = lambda it: None
     ex._run_gpu_stage = lambda it: None
-    ex._start(ex._cpu_worker, "cpu-stage")
-    ex._start(ex._gpu_worker, "gpu-stage")
+    ex.start_thread(ex._cpu_worker, "cpu-stage")
+    ex.start_thread(ex._gpu_worker, "gpu-stage")
     return ex
 
 

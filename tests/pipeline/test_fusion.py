@@ -282,3 +282,50 @@ def test_normalize_joins_the_chain_with_per_sample_statistics(data_dir, stoker_s
     assert chains(make(batch_stats=True)) == [(["decoders.image", "resize"], [], [])]
     assert_same(run_all(make, stoker_settings, True, 3, threads=threads),
                 run_all(make, stoker_settings, False, 3, threads=threads))
+
+
+def test_run_cpu_wrappers_fuse_only_with_the_class_flag():
+    """A run_cpu override keeps an operator out of chains unless the class defining it sets
+    Operator.run_cpu_wraps_samples; the flag is read from that class, not inherited by a subclass
+    that overrides run_cpu again."""
+    from types import SimpleNamespace
+
+    from stoker.operators.base import Operator
+    from stoker.operators.image.resize import Resize
+
+    node = SimpleNamespace(scope=None, control_inputs=[], device="cpu")
+
+    class Plain(Operator):
+        pass
+
+    class Wrapper(Operator):
+        def run_cpu(self, batch, inputs, arg_inputs):
+            return super().run_cpu(batch, inputs, arg_inputs)
+
+    class Flagged(Wrapper):
+        run_cpu_wraps_samples = True
+
+        def run_cpu(self, batch, inputs, arg_inputs):
+            return super().run_cpu(batch, inputs, arg_inputs)
+
+    class FlaggedOverWrapper(Flagged):
+        pass
+
+    class Unflagged(Flagged):  # overrides again without promising anything
+        def run_cpu(self, batch, inputs, arg_inputs):
+            return super().run_cpu(batch, inputs, arg_inputs)
+
+    class MyResize(Resize):
+        def run_cpu(self, batch, inputs, arg_inputs):
+            return super().run_cpu(batch, inputs, arg_inputs)
+
+    def fused(cls):
+        return fusion.per_sample(node, object.__new__(cls))
+
+    assert fused(Plain)
+    assert not fused(Wrapper)
+    assert not fused(Flagged)  # (its base Wrapper defines run_cpu without the flag)
+    Wrapper.run_cpu_wraps_samples = True
+    assert fused(Flagged) and fused(FlaggedOverWrapper)
+    assert not fused(Unflagged)
+    assert fused(Resize) and not fused(MyResize)

@@ -113,6 +113,8 @@ class LayoutAware(Operator):
     """Hands the input batch's layout to run_sample as ``args["__layout"]`` (without
     storing it on the instance, which eager mode may share between threads)."""
 
+    run_cpu_wraps_samples = True  # run_cpu only adds "__layout" (Operator.run_cpu_wraps_samples)
+
     def run_cpu(self, batch, inputs, arg_inputs):
         layout = inputs[0].layout() if inputs else ""
         n = len(inputs[0]) if inputs else batch.batch_size

@@ -65,6 +65,10 @@ class Normalize(LayoutAware):
         computed = std is None
         return self._apply(x, axes, mean, self._given_std(std) if std is not None else None, computed)
 
+    # run_cpu only wraps the per-sample path when batch=False; with batch=True the instance's
+    # samples_independent is False, which keeps it out of fused chains regardless.
+    run_cpu_wraps_samples = True
+
     def run_cpu(self, batch, inputs, arg_inputs):
         if not self.args["batch"]:  # sample by sample (run_sample), which fusion can chain
             return super().run_cpu(batch, inputs, arg_inputs)

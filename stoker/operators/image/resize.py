@@ -132,6 +132,8 @@ class Resize(LayoutAware):
         return ("give the output size in exactly one way: resize_x/resize_y(/resize_z), size, resize_shorter "
                 f"or resize_longer (got: {got})")
 
+    run_cpu_wraps_samples = True  # run_cpu only checks the size arguments (Operator.run_cpu_wraps_samples)
+
     def run_cpu(self, batch, inputs, arg_inputs):
         used = self.size_methods(arg_inputs)
         if len(used) != 1:

@@ -11,9 +11,10 @@ file share a descriptor and are read with ``preadv`` into one shared mapping), t
 reader's ``parse_sample`` over views of that mapping, both on a thread of their own one batch
 ahead, so that the CPU stage only picks up the result.
 
-The batch's samples lie in one buffer, so each 1-D uint8 output carries ``_located`` (addresses
-and sizes) and ``_located_base`` (the buffer): the mixed decoders stage it with one copy and
-compute the JPEG frame hints in bulk (:func:`stoker.backend.jpeg_header_bulk.frame_hints`).
+The batch's samples lie in one buffer, so each 1-D uint8 output carries ``read_hints``
+(:class:`stoker.tensors.ReadHints`: the samples' addresses and sizes, and the buffer): the mixed
+decoders stage it with one copy and compute the JPEG frame hints in bulk
+(:func:`stoker.backend.jpeg_header_bulk.frame_hints`).
 """
 
 from __future__ import annotations

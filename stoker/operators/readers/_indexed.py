@@ -36,7 +36,7 @@ from stoker.operators.readers import storage
 from stoker.operators.readers._batch_read import RangeReads, locate
 from stoker.operators.readers._listing import ListingError
 from stoker.operators.readers._order import ShardedOrder
-from stoker.tensors import TensorListCPU
+from stoker.tensors import ReadHints, TensorListCPU
 
 _log = logging.getLogger("stoker")
 
@@ -229,7 +229,7 @@ class IndexedReader(Reader):
             out = TensorListCPU(samples, layouts[j], srcs)
             where = locate(samples, parsed.base) if parsed is not None else None
             if where is not None:  # (the mixed decoders' staging and bulk header scan use these)
-                out._located, out._located_base = where, parsed.base
+                out.read_hints = ReadHints(located=where, base=parsed.base)
             outs.append(out)
         return outs
 

@@ -39,7 +39,7 @@ from stoker.operators.readers._listing import (
 from stoker.operators.readers._order import ShardedOrder
 from stoker.operators.readers.io_worker import ReadWorker
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import TensorListCPU
+from stoker.tensors import ReadHints, TensorListCPU
 
 _log = logging.getLogger("stoker")
 
@@ -298,8 +298,7 @@ class FileReader(IndexedReader):
             if hints is not None or located is not None:
                 # Each file's JPEG frame header, scanned by the helper: the mixed decoders read these
                 # instead of scanning in this process (stoker/operators/decoders/mixed/hardware.py).
-                data._frame_hints = hints
-                data._located = located  # (addresses, sizes): the engines' staging needs no step per sample
+                data.read_hints = ReadHints(frame_hints=hints, located=located)
             return [data, TensorListCPU(labels, "", sources)]
 
         def one(i):

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from stoker import settings
+from stoker.operators.base import HostHalf
 from stoker.operators.gpu_registry import register_gpu
 from stoker.operators.readers import storage
 from stoker.operators.readers.numpy import read_window
@@ -112,9 +115,49 @@ def batch_refs(op, ctx) -> list:
     return refs
 
 
-def prepare(op, ctx, inputs, arg_inputs):
-    """Host half: plan and read the batch into pinned (or GDS device) staging. Returns the plan
-    for :func:`run_gpu` (a dict; its ``cancel`` returns the staging when the batch is dropped)."""
+@dataclass
+class StagedBatch(HostHalf):
+    """The host half's result for one batch (``batch.prepared`` in :func:`run_gpu`)."""
+
+    op: Any = field(repr=False)
+    """The reader, whose staging pools the buffers go back to."""
+    host: np.ndarray | None
+    """The pinned staging buffer (uint8), None once run_gpu took it or the batch was dropped."""
+    dev: Any
+    """The GDS device staging buffer, or None."""
+    total: int
+    """Bytes staged (samples back to back, each padded to 256 bytes)."""
+    offsets: np.ndarray
+    """Each sample's byte offset in the staging."""
+    shapes: list
+    """Each sample's shape."""
+    dtype: np.dtype
+    """The batch's element type (native byte order)."""
+    sources: list
+    """The samples' sources (file names)."""
+    gds: list
+    """The samples read into the device staging (not into the host one)."""
+    sizes: np.ndarray
+    """Each sample's size in bytes (unpadded)."""
+
+    def take_host(self) -> np.ndarray:
+        """The host staging, handed to run_gpu's copy (a later :meth:`cancel` then does nothing)."""
+        host, self.host = self.host, None
+        return host
+
+    def cancel(self) -> None:
+        """The batch was dropped before its GPU stage: the staging buffers go back to their pools."""
+        host = self.take_host()
+        if host is not None:
+            _staging(self.op, False).release(host)
+            if self.dev is not None:
+                _staging(self.op, True).release(self.dev)
+
+
+def prepare(op, ctx, inputs, arg_inputs) -> StagedBatch | None:
+    """Host half: plan and read the batch into pinned (or GDS device) staging. Returns the
+    :class:`StagedBatch` for :func:`run_gpu`, or None where samples failed (``ctx.failures``: the
+    executor drops them and prepares the batch again)."""
     refs = batch_refs(op, ctx)
     n = len(refs)
     ctx.sources = [op.sample_source(r) for r in refs]
@@ -163,18 +206,8 @@ def prepare(op, ctx, inputs, arg_inputs):
         if dev is not None:
             _staging(op, True).release(dev)
         return record_failures(op, ctx, refs, policy)
-    plan = {"host": host, "dev": dev, "total": total, "offsets": offsets, "shapes": shapes, "dtype": dtype,
-            "sources": list(ctx.sources), "gds": [k for k in range(n) if direct[k] and dev is not None],
-            "sizes": sizes}
-
-    def cancel():
-        if plan.pop("host", None) is not None:
-            _staging(op, False).release(host)
-            if dev is not None:
-                _staging(op, True).release(dev)
-
-    plan["cancel"] = cancel
-    return plan
+    return StagedBatch(op, host, dev, total, offsets, shapes, dtype, list(ctx.sources),
+                       [k for k in range(n) if direct[k] and dev is not None], sizes)
 
 
 def record_failures(op, ctx, refs, policy):
@@ -225,26 +258,26 @@ def run_gpu(op, batch, inputs, arg_inputs):
     from stoker.tensors_gpu import TensorListGPU
 
     plan = batch.prepared
-    if not isinstance(plan, dict):  # (no host half ran: read on the host, then copy)
+    if not isinstance(plan, StagedBatch):  # (no host half ran: read on the host, then copy)
         return host_fallback(op, batch, inputs, arg_inputs)
     op._gpu_refs.pop(batch.iteration, None)
     cp = cuda.cupy()
     stream = cuda.current_stream(batch)
-    total, host, dev = plan["total"], plan.pop("host"), plan["dev"]
+    total, host, dev = plan.total, plan.take_host(), plan.dev
     out = cp.empty(max(total, _ALIGN), cp.uint8)
     rt = cp.cuda.runtime
     if total:
         rt.memcpyAsync(out.data.ptr, host.ctypes.data, total, rt.memcpyHostToDevice, stream.ptr)
-    for k in plan["gds"]:  # (these bytes of the host staging were not written)
-        lo, size = int(plan["offsets"][k]), int(plan["sizes"][k])
+    for k in plan.gds:  # (these bytes of the host staging were not written)
+        lo, size = int(plan.offsets[k]), int(plan.sizes[k])
         rt.memcpyAsync(out.data.ptr + lo, dev.data.ptr + lo, size, rt.memcpyDeviceToDevice, stream.ptr)
     ev = cp.cuda.Event(disable_timing=True)
     ev.record(stream)
     _staging(op, False).release(host, ev)
     if dev is not None:
         _staging(op, True).release(dev, ev)
-    dtype = plan["dtype"]
-    shapes = np.asarray(plan["shapes"], np.int64).reshape(len(plan["shapes"]), -1)
+    dtype = plan.dtype
+    shapes = np.asarray(plan.shapes, np.int64).reshape(len(plan.shapes), -1)
     usable = out[:(out.size // dtype.itemsize) * dtype.itemsize]
-    elements = plan["offsets"] // dtype.itemsize
-    return [TensorListGPU.from_flat(usable.view(dtype), elements, shapes, "", plan["sources"])]
+    elements = plan.offsets // dtype.itemsize
+    return [TensorListGPU.from_flat(usable.view(dtype), elements, shapes, "", plan.sources)]

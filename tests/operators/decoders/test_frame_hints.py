@@ -149,7 +149,7 @@ def test_readers_file_hands_the_hints_to_the_decoder(sample_jpeg_dir, monkeypatc
     pipe.run()
     pipe.close()
     data = seen[0]
-    hints = data._frame_hints
+    hints = data.read_hints.frame_hints
     assert hints.shape == (6, 6)
     assert [tuple(h) for h in hints.tolist()] == [frame_hint(data.at(i)) for i in range(6)]
     assert hardware_eligible_hints(hints).all()  # the sample set is baseline JPEGs

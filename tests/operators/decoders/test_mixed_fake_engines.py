@@ -171,7 +171,7 @@ def test_a_bad_sample_on_the_pool_is_recorded_under_skip(fake):
 
 def test_a_dropped_batch_gives_its_permit_back_and_skips_the_call(fake):
     from stoker.operators.decoders import mixed
-    from stoker.pipeline.executor import _cancel
+    from stoker.pipeline.executor import cancel_prepared
     from stoker.tensors import TensorListCPU
 
     enc = _encoded(np.random.default_rng(6))
@@ -183,7 +183,7 @@ def test_a_dropped_batch_gives_its_permit_back_and_skips_the_call(fake):
         gate = threading.Event()
         st.submit(gate.wait)  # the decoder's thread is busy: the batch's job waits behind this
         prep = mixed.prepare(op, "image", batch, [TensorListCPU(enc)], {})
-        _cancel(prep)  # the executor drops the batch before its GPU stage
+        cancel_prepared(prep)  # the executor drops the batch before its GPU stage
         gate.set()
         assert prep.engines.result() == (None, None)  # the job ran after the drop: no call
         assert st.lane.decoder.calls == 0 and st.lane.decoder.discarded == 1

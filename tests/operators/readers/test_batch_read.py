@@ -1,7 +1,7 @@
 """Container readers' batches through the I/O helper process (stoker.operators.readers._batch_read).
 
 The helper path must give what the per-sample path gives (values, sources, failures), and hand
-the mixed decoders one buffer: ``_located`` / ``_located_base`` on byte outputs, from which the
+the mixed decoders one buffer: ``read_hints`` (located samples and their base) on byte outputs, from which the
 JPEG frame hints are computed in bulk, equal to the per-sample scan.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from stoker import fn, pipeline_def, settings
 from stoker.backend.jpeg_header import frame_hint
 from stoker.backend.jpeg_header_bulk import frame_hints
-from stoker.operators.decoders.mixed import _frame_hints
+from stoker.operators.decoders.mixed import frame_hints as decoder_frame_hints
 
 
 def _jpegs(count: int, seed: int = 0) -> list[bytes]:
@@ -50,6 +50,22 @@ def _damaged(datas: list[bytes], seed: int = 1) -> list[bytes]:
             b = b"\xff\xd8\xff\xda\x00\x02"
         out.append(bytes(b))
     return out
+
+
+def test_read_hints_are_declared_and_only_on_the_readers_batch():
+    """A batch has read_hints None unless a reader set them; a batch made from it has none (its
+    addresses would not describe the copy), and the decoders then scan each sample."""
+    from stoker.tensors import ReadHints, TensorListCPU
+
+    buf = np.frombuffer(b"abcdefgh", np.uint8)
+    tl = TensorListCPU([buf[:3], buf[3:]])
+    assert tl.read_hints is None and decoder_frame_hints(tl) is None
+    addrs = np.array([buf.ctypes.data, buf.ctypes.data + 3], np.uint64)
+    tl.read_hints = ReadHints(located=(addrs, np.array([3, 5], np.uint64)), base=buf)
+    assert tl.read_hints.frame_hints is None and TensorListCPU(tl).read_hints is None
+    hints = np.zeros((2, 6), np.int64)
+    tl.read_hints = ReadHints(frame_hints=hints)  # (given hints are used as they are)
+    assert decoder_frame_hints(tl) is hints
 
 
 def test_bulk_frame_hints_equal_the_per_sample_scan():
@@ -97,9 +113,9 @@ def test_webdataset_batches_through_the_helper_match_and_carry_one_buffer(tar_sh
         assert img.source_info() == img2.source_info() and cls.source_info() == cls2.source_info()
         for a, b in zip([*img.samples(), *cls.samples()], [*img2.samples(), *cls2.samples()]):
             np.testing.assert_array_equal(a, b)
-        assert getattr(img, "_located_base", None) is not None  # one buffer: staged as one span
+        assert img.read_hints is not None and img.read_hints.base is not None  # one buffer: one span
         want = np.array([frame_hint(memoryview(np.asarray(s))) for s in img.samples()], np.int64)
-        np.testing.assert_array_equal(_frame_hints(img), want)
+        np.testing.assert_array_equal(decoder_frame_hints(img), want)
 
 
 def test_a_truncated_archive_fails_the_same_samples_through_the_helper(tar_shard, tmp_path):

@@ -130,3 +130,22 @@ def test_null_device_gds_path_with_a_mocked_kvikio(tmp_path, monkeypatch, stoker
     assert sorted({os.path.basename(p) for p, _ in _FakeCuFile.reads}) == ["a00.npy", "a02.npy", "a04.npy"]
 
 
+def test_a_dropped_batch_gives_its_staging_back():
+    """The host half's result is a StagedBatch (a HostHalf): the executor calls it off when the
+    batch is dropped before its GPU stage, and the staging goes back to the reader's pool once."""
+    from types import SimpleNamespace
+
+    from stoker.operators.base import HostHalf
+    from stoker.operators.readers.gpu_numpy import StagedBatch
+    from stoker.pipeline.executor import cancel_prepared
+
+    op, host = SimpleNamespace(), np.zeros(512, np.uint8)
+    empty = np.zeros(0, np.int64)
+    plan = StagedBatch(op, host, None, 0, empty, [], np.dtype(np.float32), [], [], empty)
+    assert isinstance(plan, HostHalf)
+    cancel_prepared(plan)
+    assert plan.host is None and [b is host for b, _ in op._gpu_staging._free] == [True]
+    cancel_prepared(plan)  # (a second call gives nothing back again)
+    assert len(op._gpu_staging._free) == 1
+    cancel_prepared({"cancel": lambda: 1 / 0})  # not a HostHalf: never called off
+

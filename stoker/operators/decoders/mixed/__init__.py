@@ -43,8 +43,6 @@ from stoker.operators.gpu_registry import register_gpu
 __all__ = ["MAX_AUTO_SHARE", "CodecBatch", "DecodePlan", "DecodeStats", "DecoderState", "PreparedBatch",
            "cpu_decode", "frame_hints", "mixed_decode", "plan_batch", "prepare", "decoder_state", "strict_sound"]
 
-_frame_hints = frame_hints  # (the name tests/operators/readers imports)
-
 
 def _outputs_for_gpu(op) -> tuple[bool, bool]:
     """(gray, on_gpu): whether the decoder outputs gray, and whether a GPU decoder can give its
@@ -85,10 +83,12 @@ def prepare(op, kind, batch, inputs, arg_inputs) -> PreparedBatch | CodecBatch:
     # batch, on the decoder's own thread); the rest (progressive, EXIF-rotated) to the CPU.
     hw = st.hardware() if on_gpu and not gray else None
     if hw is not None:
+        read = inputs[0].read_hints
         return prepare_hardware(op, kind, batch, enc, arg_inputs, st, frame_hints(inputs[0]),
-                                getattr(inputs[0], "_located", None))
+                                read.located if read is not None else None)
+    read = inputs[0].read_hints
     return prepare_codec(op, kind, batch, enc, arg_inputs, st, gray, on_gpu,
-                         getattr(inputs[0], "_frame_hints", None))
+                         read.frame_hints if read is not None else None)
 
 
 def mixed_decode(op, kind, batch, inputs, arg_inputs):

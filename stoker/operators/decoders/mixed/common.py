@@ -167,12 +167,14 @@ def frame_hints(data):
     """The batch's JPEG frame hints, when its reader gave them (readers.file's I/O process scans
     them) or its samples lie in one buffer (the container readers: scanned here in bulk, see
     :mod:`stoker.backend.jpeg_header_bulk`); None otherwise (the decoder scans each sample)."""
-    hints = getattr(data, "_frame_hints", None)
-    base = getattr(data, "_located_base", None)
-    if hints is None and base is not None:
+    read = data.read_hints
+    if read is None:
+        return None
+    hints, base = read.frame_hints, read.base
+    if hints is None and base is not None and read.located is not None:
         from stoker.backend.jpeg_header_bulk import frame_hints as bulk_frame_hints
 
-        addrs, sizes = data._located
+        addrs, sizes = read.located
         hints = bulk_frame_hints(base, (addrs - np.uint64(base.ctypes.data)).astype(np.int64),
                                  sizes.astype(np.int64))
     return hints

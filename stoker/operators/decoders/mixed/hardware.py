@@ -33,6 +33,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from stoker.operators.base import HostHalf
 from stoker.operators.decoders.mixed import host_share
 from stoker.operators.decoders.mixed.common import clip, cpu_one, first, header, pair, strict_sound, window
 from stoker.operators.decoders.mixed.engines import OutputBuffer, engines_job, engines_refusal
@@ -42,7 +43,7 @@ _RANDOM_CROP_ARGS = ("random_area", "random_aspect_ratio", "num_attempts")
 
 
 @dataclasses.dataclass
-class PreparedBatch:
+class PreparedBatch(HostHalf):
     """The host half's result for one batch (``batch.prepared`` in the GPU stage)."""
 
     enc: list
