@@ -99,11 +99,13 @@ class DataNode:
         return invoke("_to_cpu", [self], {}, device="cpu_from_gpu")
 
     def shape(self, dtype=None, device="cpu") -> DataNode:
+        """The samples' shapes, on ``device`` (the host by default, also for GPU data, as DALI)."""
         kwargs = {} if dtype is None else {"dtype": dtype}
-        return invoke("shapes", [self], kwargs, device="cpu")
+        return invoke("shapes", [self], kwargs, device=device)
 
-    def property(self, key: str) -> DataNode:
-        return invoke("get_property", [self], {"key": key}, device="cpu")
+    def property(self, key: str, device="cpu") -> DataNode:
+        """A property of each sample (``"layout"``, ``"source_info"``), on ``device``."""
+        return invoke("get_property", [self], {"key": key}, device=device)
 
     def source_info(self) -> DataNode:
         return self.property("source_info")
@@ -260,6 +262,9 @@ class GraphRecorder:
 
 
 _INTERNAL_DEVICES = {"cpu_from_gpu": "cpu"}
+# Operators that read only their input's shapes and properties: as DALI's CPU forms, they take GPU
+# batches too, and give host data.
+_METADATA_OPS = ("shapes", "get_property")
 
 
 # Operators whose last input (a per-sample if's predicate) stays a CPU batch on the GPU.
@@ -286,6 +291,8 @@ def invoke(op_name: str, inputs: list, kwargs: dict, device: str | None = None) 
     if placement not in schema.devices and requested not in schema.devices:
         raise arg_error(op_name, "device",
                         f"'{requested}' is not available; this operator runs on {', '.join(schema.devices)}")
+    if placement == "cpu" and requested == "cpu" and "gpu" in in_dev and op_name in _METADATA_OPS:
+        requested = "cpu_from_gpu"  # (runs after its input in the GPU stage; its output is host data)
     if placement == "cpu" and requested == "cpu" and "gpu" in in_dev:
         raise PipelineBuildError(
             f"{op_name}: a CPU operator cannot take a GPU input ({[x.name for x in inputs if x.device == 'gpu']}); "

@@ -38,6 +38,7 @@ from stoker.pipeline import conditionals, cpu_lanes, fusion, sample_drops
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
+from stoker.tensors import TensorListCPU
 
 _STOP = object()
 
@@ -495,6 +496,9 @@ class Executor:
         inst = self.graph.instances[node.id]
         inputs = [it.values[(x.source.id, x.index)] for x in node.inputs]
         arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
+        in_gpu_stage = gpu
+        if gpu and node.device == "cpu" and all(isinstance(x, TensorListCPU) for x in inputs):
+            gpu = False  # (a CPU operator after .cpu() or after a metadata read: host data, host code)
         sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
         ids = conditionals.scope_sample_ids(node.scope, it) if node.scope is not None else None
         n = len(inputs[0]) if inputs else (len(ids) if ids is not None else it.batch_size)
@@ -504,7 +508,7 @@ class Executor:
         ctx.prepared = it.values["prepared"].get(node.id)
         if gpu and inst.gpu_writes_in_place:
             ctx.donated = self._donated_inputs(node, it, inputs)
-        ctx.on_error = "raise" if gpu else self.on_error  # (a GPU stage has no way back to the readers)
+        ctx.on_error = "raise" if in_gpu_stage else self.on_error  # (a GPU stage has no way back to the readers)
         ctx.index_offset = it.offset
         ctx.sample_ids = ids
         for k, v in arg_inputs.items():
@@ -513,7 +517,7 @@ class Executor:
                                     operator=inst.instance_name, origin=node.origin)
         try:
             outs = None
-            if not gpu and getattr(inst, "offload_cpu", False) and getattr(self, "_batch_offload", None):
+            if not in_gpu_stage and getattr(inst, "offload_cpu", False) and getattr(self, "_batch_offload", None):
                 outs = self._batch_offload.run(inst, ctx, inputs, arg_inputs)  # None: compute it here
             if outs is None:
                 with self._timed("gpu" if gpu else "cpu", node):

@@ -66,6 +66,8 @@ def gpu_shapes(op, batch, inputs, arg_inputs):
     from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
+    if op.device == "cpu":  # DALI's CPU form on a GPU batch: the CPU operator on stand-ins, host output
+        return op.run_cpu(batch, [shape_stand_ins(x)], arg_inputs)
     if not len(x):
         return [TensorListGPU([], "", [])]
     rows = _shape_rows(op, batch, sample_shapes(x))
@@ -79,6 +81,8 @@ def gpu_get_property(op, batch, inputs, arg_inputs):
     from stoker.tensors_gpu import TensorListGPU
 
     x = inputs[0]
+    if op.device == "cpu":  # (as gpu_shapes)
+        return op.run_cpu(batch, [shape_stand_ins(x)], arg_inputs)
     n = len(x)
     vals = [x.layout()] * n if op.args["key"] == "layout" else list(x.source_info())
     encoded = [v.encode() for v in vals]
