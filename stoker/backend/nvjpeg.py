@@ -104,7 +104,7 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     Otherwise None.
 
     Grayscale: the engines write it as RGB with the three channels equal, as the CPU decoders do
-    (identical to OpenCV's decode on an H100, 2026-11-25; tests/gpu/test_mixed_decode.py). About
+    (identical to OpenCV's decode on an H100: tests/gpu/test_mixed_decode.py). About
     3 % of the benchmark set is grayscale; those used to take helper-process time instead."""
     if not has_end_marker(data):
         return None  # truncated: left to the CPU decoder, which reports it
@@ -169,7 +169,7 @@ class PinnedStaging:
     Why: from ordinary (pageable) memory nvJPEG's batched call copies the bitstreams itself, on
     the thread that feeds the engines, which is the decode path's bottleneck. From pinned memory
     the call took 9.4 ms of CPU per 256 images instead of 11.6-12.0, 23.9k img/s instead of
-    19.2-19.8k (benchmarks/engines_probe.py --pinned, H100, 2026-11-25). :meth:`HardwareDecoder.stage`
+    19.2-19.8k (benchmarks/engines_probe.py --pinned on an H100). :meth:`HardwareDecoder.stage`
     starts the copy on the decoder's copy thread. A block is reused once an event recorded after
     its call has completed (``STOKER_NVJPEG_PINNED=0``: no staging)."""
 
@@ -371,10 +371,10 @@ class HardwareDecoder:
 
         Samples that are views of one buffer (a reader's batch: one shared mapping) are copied as
         the one span that covers them, in a single GIL-free ``memmove``: copying them one by one
-        gave the GIL up and back per sample, and the training pipeline lost 10 % (H100,
-        2026-11-25). The copy runs on a thread of its own: on the CPU stage's thread it took
+        gave the GIL up and back per sample, and the training pipeline lost 10 % on an H100.
+        The copy runs on a thread of its own: on the CPU stage's thread it took
         about 4 ms of the stage's 16.7 per batch, and the CPU stage set the training pipeline's
-        pace (benchmarks/gpu_stage_profile.py, H100, 2026-11-25)."""
+        pace (benchmarks/gpu_stage_profile.py on an H100)."""
         if groups is None:  # (``groups``: sample positions by buffer, when the caller knows them)
             by_root: dict = {}
             for i, d in enumerate(datas):

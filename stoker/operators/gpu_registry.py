@@ -160,8 +160,8 @@ def _base_run_cpu():
 # --- helpers for GPU modules ---------------------------------------------------
 
 # A kernel preamble: ``stoker_dbl(v)``, any element type as a double. A template only: an overload
-# for CuPy's float16 failed to compile (a preamble comes before float16 is a complete type; H100,
-# 2026-11-25), and the template converts float16 through its float() at the point of use.
+# for CuPy's float16 failed to compile (a preamble comes before float16 is a complete type), and
+# the template converts float16 through its float() at the point of use.
 DOUBLE_OF_ANY = "template <typename V> __device__ double stoker_dbl(V v) { return static_cast<double>(v); }\n"
 
 

@@ -3,7 +3,7 @@
 Why: in a GPU pipeline whose CPU stage sends batch operators to the helper process
 (:mod:`stoker.pipeline.batch_offload`: ``random_bbox_crop``, ``box_encoder``), one CPU-stage
 thread sits idle while the helper computes, and the CPU stage sets the pipeline's pace (the SSD
-pipeline: ``random_bbox_crop`` alone was a third of its time, benchmarks/RESULTS.md, session 15).
+pipeline: ``random_bbox_crop`` alone was a third of its time, benchmarks/RESULTS.md).
 With two threads ("lanes"), iteration i+1's CPU work runs while iteration i waits for the helper.
 
 What stays in order (one lane at a time, by schedule order, :class:`Turns`):

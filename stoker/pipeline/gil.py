@@ -9,7 +9,7 @@ Python thread ran at 194 img/s with 5 ms and 3,051 img/s with 0.2 ms).
 CPU-only pipelines do not change it: on the H100 machine's 16 cores the CPU
 training pipeline at 16 threads ran at the same speed with 0.2 ms and 5 ms
 (733-742 img/s) and validation slower with 0.2 ms (336-365 against 582 img/s),
-benchmarks/results_log.md, 2026-11-22.
+benchmarks/results_log.md.
 """
 
 from __future__ import annotations
