@@ -68,7 +68,10 @@ CASES = {
     "h264 bt709": dict(codec=H264, colorspace=1),
     "h264 bt2020": dict(codec=H264, colorspace=9, image=noise_image, options={"qp": "0"}),
     "h264 full range": dict(codec=H264, color_range=2, image=noise_image, options={"qp": "0"}),
-    "hevc 720p": dict(codec="libx265", n=2, h=720, w=1280, options={"x265-params": "log-level=none"}),
+    # (one frame thread and no B-frames: x265 under load once gave the MP4 muxer a packet it refused,
+    # "not yet implemented in FFmpeg"; the colours under test do not depend on either)
+    "hevc 720p": dict(codec="libx265", n=2, h=720, w=1280,
+                      options={"x265-params": "log-level=none:frame-threads=1:bframes=0"}),
     "mpeg4": dict(codec="mpeg4"),
     "vp9": dict(codec="libvpx-vp9"),
     "mjpeg full range": dict(codec="mjpeg", pix="yuvj420p"),
@@ -81,7 +84,7 @@ def test_reference_equals_cpu_reader(tmp_path, name):
     codec = kw.pop("codec")
     if codec is None or not has_encoder(codec):
         pytest.skip(f"no {codec} encoder in this PyAV")
-    ext = {"mpeg4": "avi", "mjpeg": "avi", "libvpx-vp9": "webm"}.get(codec, "mp4")
+    ext = {"mpeg4": "avi", "mjpeg": "avi", "libvpx-vp9": "webm", "libx265": "mkv"}.get(codec, "mp4")
     worst, mean, n = compare(write(tmp_path / f"clip.{ext}", codec, **kw))
     assert n >= 2 and worst == 0, (worst, mean)
 
