@@ -20,6 +20,20 @@ def _float_values(op, name, value):
         raise arg_error(op, name, f"expected numbers, got {value!r}") from None
 
 
+
+def saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Whole-valued floats as integers of ``dtype``, saturated at its range and NaN as 0 (as DALI's
+    conversions; compared in float64, where the 32-bit bounds are exact: clipping in float32 made
+    2^31 - 1 round up to 2^31 and overflow)."""
+    info = np.iinfo(dtype)
+    v = np.asarray(values, np.float64)
+    v = np.where(np.isnan(v), 0.0, v)
+    high, low = v >= float(info.max), v <= float(info.min)
+    out = np.where(high | low, 0.0, v).astype(dtype)
+    out[high] = info.max
+    out[low] = info.min
+    return out
+
 @register
 class BbFlip(Operator):
     """Mirrors bounding boxes given in relative coordinates."""
@@ -227,9 +241,7 @@ class CoordTransform(Operator):
         out += m32[:, in_dim]
         out = out.reshape(*x.shape[:-1], mt.shape[0])
         if self.out_dtype.kind in "iu":
-            info = np.iinfo(self.out_dtype)
-            rounded = np.sign(out) * np.floor(np.abs(out) + 0.5)  # halves away from zero, as DALI
-            return np.clip(rounded, info.min, info.max).astype(self.out_dtype)
+            return saturate(np.sign(out) * np.floor(np.abs(out) + 0.5), self.out_dtype)  # halves away from 0
         return out.astype(self.out_dtype)
 
 

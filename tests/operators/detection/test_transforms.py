@@ -151,3 +151,20 @@ def test_matrices_have_dalis_layout(name, kw):
     single, combined = pipe.run()
     pipe.close()
     assert single.layout() == combined.layout() == "**"  # DALI 2.4 reports "**" for these
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int16])
+def test_integer_coordinates_saturate_like_dali(dtype):
+    """Integer points scaled far past their type's range come out at its bounds, as DALI's; int32's
+    upper bound once came out as its lower one (a float32 clip rounds 2^31 - 1 up to 2^31)."""
+    info = np.iinfo(dtype)
+    pts = [np.array([[1, 0], [3, 1], [0, 2]], dtype), np.array([[info.max, info.max]], dtype)]
+    type_name = np.dtype(dtype).name.upper()
+
+    def build(fn, t, p):
+        return fn.coord_transform(p, M=[3e9, 0.0, 0.0, -3e9], T=[0.5, 0.0], dtype=getattr(t, type_name))
+
+    (got,) = check(build, pts)
+    assert got[0].dtype == dtype
+    assert got[1][0, 0] == info.max and got[1][0, 1] == info.min
