@@ -3,6 +3,7 @@ statistics), determinism for a seed and across num_threads; shapes/dtypes agains
 
 import numpy as np
 import pytest
+from oracle import pipeline
 
 from stoker import fn, pipeline_def, types
 
@@ -126,23 +127,13 @@ def test_bad_probability_is_reported():
 
 @pytest.mark.oracle
 def test_shapes_and_dtypes_match_dali():
-    pytest.importorskip("nvidia.dali")
-    from nvidia.dali import fn as dfn
-    from nvidia.dali import pipeline_def as dali_pipeline_def
-
-    def make(f):
+    def make(f, t):
         return (f.random.uniform(), f.random.uniform(shape=(2,), range=(0, 4)), f.random.normal(),
                 f.random.coin_flip(), f.random.coin_flip(shape=(3, 1)), f.random.choice(5),
                 f.random.choice([1.5, 2.5]))
 
-    @dali_pipeline_def(batch_size=4, num_threads=1, device_id=None, seed=1)
-    def dpipe():
-        return make(dfn)
-
-    d = dpipe()
-    d.build()
-    theirs = [[np.array(t.at(i)) for i in range(4)] for t in d.run()]
-    ours = _run(make, batch_size=4)[0]
+    theirs = [[np.array(t.at(i)) for i in range(4)] for t in pipeline("dali", make, 4, seed=1).run()]
+    ours = _run(lambda f: make(f, types), batch_size=4)[0]
     for k, (a, b) in enumerate(zip(ours, theirs)):
         assert [x.shape for x in a] == [y.shape for y in b], f"output {k}"
         assert a[0].dtype == b[0].dtype, f"output {k}: {a[0].dtype} vs DALI's {b[0].dtype}"
@@ -174,24 +165,15 @@ def test_vectorized_batch_path_equals_per_sample_path(op, kwargs):
 
 
 def _choice_with_shape_like(lib):
-    if lib == "dali":
-        pytest.importorskip("nvidia.dali")
-        from nvidia.dali import fn as f
-        from nvidia.dali import pipeline_def as pdef
-    else:
-        f, pdef = fn, pipeline_def
     likes = [np.zeros((2, 3), np.uint8), np.zeros((4, 1), np.uint8), np.zeros((1, 5), np.uint8)]
     vals = [np.array([5, 7, 9], np.int32)] * 3
 
-    @pdef(batch_size=3, num_threads=1, device_id=None, seed=2)
-    def pipe():
+    def body(f, t):
         v = f.external_source(source=lambda: vals, batch=True)
         like = f.external_source(source=lambda: likes, batch=True)
         return f.random.choice(v, like)
 
-    p = pipe()
-    p.build()
-    out = p.run()[0]
+    out = pipeline(lib, body, 3, num_threads=1, seed=2).run()[0]
     return [np.array(out.at(i)) for i in range(3)]
 
 
