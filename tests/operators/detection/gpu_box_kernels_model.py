@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
-import shutil
-import subprocess
 
+import host_cuda
 import numpy as np
 
 F32 = np.float32
@@ -147,44 +146,12 @@ MODELS = {"coord_transform": coord_transform, "box_best_anchor": box_best_anchor
 
 # --- the .cu files compiled for the host ---------------------------------------------------------
 
-HOST_SHIM = r"""
-#include <barrier>
-#include <cmath>
-#include <cstring>
-#include <thread>
-#include <vector>
-struct Dim { unsigned x = 0, y = 0, z = 0; };
-static thread_local Dim threadIdx, blockIdx;
-static Dim blockDim;
-static std::barrier<> *sync_point;
-#define __global__
-#define __device__
-#define __shared__ static
-#define __syncthreads() sync_point->arrive_and_wait()
+HOST_SHIM = host_cuda.prelude() + r"""
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 #include "coord_transform.cu"
 #include "box_encoder.cu"
-
-template <typename F> static void launch(unsigned gx, unsigned gy, unsigned threads, F kernel) {
-  std::barrier<> bar(threads);
-  sync_point = &bar;
-  blockDim.x = threads;
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned y = 0; y < gy; ++y)
-        for (unsigned x = 0; x < gx; ++x) {
-          blockIdx.x = x;
-          blockIdx.y = y;
-          kernel();
-          bar.arrive_and_wait();  // a block's shared memory is the next one's
-        }
-    });
-  for (auto &th : pool) th.join();
-}
 
 extern "C" void run_coord_transform(const void *src, int ic, void *dst, int oc, const long long *tab, int n,
                                     unsigned gx) {
@@ -205,14 +172,9 @@ extern "C" void run_box_encode(const float *boxes, const float *anchors, const i
 
 def host_kernels(tmp_dir) -> dict | None:
     """Emulators (as :data:`MODELS`) running the .cu files built with g++, or None without g++."""
-    if shutil.which("g++") is None:
+    so = host_cuda.build(tmp_dir, HOST_SHIM, "boxkernels")
+    if so is None:
         return None
-    d = pathlib.Path(tmp_dir)
-    (d / "shim.cpp").write_text(HOST_SHIM)
-    lib = d / "libboxkernels.so"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-pthread",
-                    f"-I{KERNELS}", "-o", str(lib), str(d / "shim.cpp")], check=True)
-    so = ctypes.CDLL(str(lib))
 
     def ptr(a):
         return ctypes.c_void_p(np.asarray(a).ctypes.data)

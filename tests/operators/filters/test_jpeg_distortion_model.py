@@ -12,6 +12,7 @@ Measured once over more than the tests run (session of 2026-11-26): every one of
 import glob
 
 import cv2
+import host_cuda
 import numpy as np
 import pytest
 
@@ -94,64 +95,24 @@ def test_empty_image_passes_through():
 # plans, the pointer arithmetic of frames and scratch) against the model and the codec; what only
 # a GPU can check (NVRTC, launch limits, streams) is left to tests/gpu/test_jpeg_distortion_gpu.py.
 
-HOST_SHIM = r"""
-#include <algorithm>
-#include <barrier>
-#include <thread>
-#include <vector>
+HOST_SHIM = host_cuda.prelude("long long") + r"""
 using std::max;
 using std::min;
-struct Dim { long long x = 0, y = 0, z = 0; };
-static thread_local Dim threadIdx, blockIdx;
-static Dim blockDim;
-static std::barrier<> *sync_point;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __syncthreads() sync_point->arrive_and_wait()
 #include "jpeg_distortion.cu"
 
-template <typename F> static void launch(long long blocks, int threads, F kernel) {
-  std::barrier<> bar(threads);
-  sync_point = &bar;
-  blockDim.x = threads;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (long long b = 0; b < blocks; ++b) {
-        blockIdx.x = b;
-        kernel();
-        bar.arrive_and_wait();  // the next block's shared memory is this one's
-      }
-    });
-  for (auto &th : pool) th.join();
-}
-
 extern "C" void run(const long long *tab, int n, long long mcus, long long pixels) {
-  launch(mcus, 64, [&] { jpeg_mcu(tab, n); });
-  launch((pixels + 255) / 256, 256, [&] { jpeg_upsample_rgb(tab, n, pixels); });
+  launch(mcus, 1, 64, [&] { jpeg_mcu(tab, n); });
+  launch((pixels + 255) / 256, 1, 256, [&] { jpeg_upsample_rgb(tab, n, pixels); });
 }
 """
 
 
 @pytest.fixture(scope="module")
 def host_kernel(tmp_path_factory):
-    import ctypes
-    import pathlib
-    import shutil
-    import subprocess
-
-    if shutil.which("g++") is None:
+    lib = host_cuda.build(tmp_path_factory.mktemp("jpeg_kernel"), HOST_SHIM, "jpegkernel")
+    if lib is None:
         pytest.skip("no g++ to compile the kernel for the host")
-    kernels = pathlib.Path(model.__file__).resolve().parents[2] / "kernels"
-    d = tmp_path_factory.mktemp("jpeg_kernel")
-    (d / "shim.cpp").write_text(HOST_SHIM)
-    lib = d / "libjpegkernel.so"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{kernels}", "-o", str(lib),
-                    str(d / "shim.cpp")], check=True)
-    return ctypes.CDLL(str(lib)).run
+    return lib.run
 
 
 def _run_host_kernel(run, samples, qualities):

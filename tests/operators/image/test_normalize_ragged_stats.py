@@ -20,14 +20,13 @@ import gc
 import itertools
 import os
 import pathlib
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import host_cuda  # noqa: E402
 import null_device  # noqa: E402
 
 from stoker.operators import gpu_registry  # noqa: E402
@@ -174,44 +173,12 @@ static inline float __half2float(__half h) {  // IEEE binary16 bits to float, ex
 }
 """
 
-HOST_SHIM = r"""
-#include <barrier>
-#include <cmath>
-#include <thread>
-#include <vector>
+HOST_SHIM = host_cuda.prelude() + r"""
 using std::sqrt;
-struct Dim { unsigned x = 0, y = 0, z = 0; };
-static thread_local Dim threadIdx, blockIdx;
-static Dim blockDim;
-static std::barrier<> *sync_point;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __syncthreads() sync_point->arrive_and_wait()
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 #include "ragged_stats.cu"
-
-template <typename F> static void launch(unsigned gx, unsigned gy, unsigned threads, F kernel) {
-  std::barrier<> bar(threads);
-  sync_point = &bar;
-  blockDim.x = threads;
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned y = 0; y < gy; ++y)
-        for (unsigned x = 0; x < gx; ++x) {
-          blockIdx.x = x;
-          blockIdx.y = y;
-          kernel();
-          bar.arrive_and_wait();  // a block's shared memory is the next one's
-        }
-    });
-  for (auto &th : pool) th.join();
-}
 
 #define RUN(suffix)                                                                                \
   extern "C" void run_##suffix(const long long *rows, double *mean, double *stddev, int need_std,   \
@@ -224,15 +191,11 @@ RUN(u8) RUN(i8) RUN(u16) RUN(i16) RUN(i32) RUN(f16) RUN(f32) RUN(f64)
 
 @pytest.fixture(scope="module")
 def host_lib(tmp_path_factory):
-    if shutil.which("g++") is None:
+    lib = host_cuda.build(tmp_path_factory.mktemp("ragged_stats"), HOST_SHIM, "raggedstats",
+                          {"cuda_fp16.h": FAKE_FP16})
+    if lib is None:
         pytest.skip("no g++ to compile the kernel for the host")
-    d = tmp_path_factory.mktemp("ragged_stats")
-    (d / "cuda_fp16.h").write_text(FAKE_FP16)
-    (d / "shim.cpp").write_text(HOST_SHIM)
-    lib = d / "libraggedstats.so"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", f"-I{d}",
-                    f"-I{KERNELS}", "-o", str(lib), str(d / "shim.cpp")], check=True)
-    return ctypes.CDLL(str(lib))
+    return lib
 
 
 def _addr(a) -> int:
