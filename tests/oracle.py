@@ -17,12 +17,15 @@ Three ways in:
   external sources. :func:`run_op`, :func:`compare_op`.
 
 Tests that build a whole pipeline themselves (readers, conditionals, plugins) take both
-libraries' modules from :func:`libs`, or :func:`pipeline` for a pipeline from a body.
+libraries' modules from :func:`libs`, or :func:`pipeline` for a pipeline from a body, and read
+its outputs with :func:`run_pipeline` (or :func:`samples` for one output); a library's other
+modules (``auto_aug.augmentations``, ``plugin.pytorch``) come from :func:`submodule`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types as pytypes
 from typing import Any
 
@@ -53,25 +56,55 @@ def lib_namespace(lib: str):
     return pytypes.SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types, name=lib)
 
 
+def submodule(lib: str, name: str):
+    """``lib``'s module ``name`` (dotted, below the package: "auto_aug.augmentations",
+    "plugin.pytorch"): ``stoker.<name>`` or ``nvidia.dali.<name>``; skips the test where DALI (or
+    that module of it) is missing."""
+    if lib == "dali":
+        return pytest.importorskip(f"nvidia.dali.{name}")
+    if lib == "stoker":
+        return importlib.import_module(f"stoker.{name}")
+    raise ValueError(f"lib must be 'stoker' or 'dali', not {lib!r}")
+
+
 def default_threads(lib: str, num_threads: int | None = None) -> int:
     """DALI with one thread keeps its results independent of scheduling; stoker runs two to
     exercise its thread pool."""
     return num_threads or (1 if lib == "dali" else 2)
 
 
-def pipeline(lib: str, body, batch_size: int, *, num_threads: int | None = None, seed: int = 3, **opts):
-    """``body(fn, types)`` as a built pipeline of ``lib`` (CPU only: ``device_id=None`` unless
-    ``opts`` says otherwise)."""
+def pipeline(lib: str, body, batch_size: int, *, num_threads: int | None = None, seed: int = 3,
+             build: bool = True, **opts):
+    """``body(fn, types)`` as a pipeline of ``lib`` (CPU only: ``device_id=None`` unless ``opts``
+    says otherwise; a list of outputs is returned as a tuple), built unless ``build=False`` (for
+    an iterator that builds it). ``opts`` are further ``pipeline_def`` arguments (``on_error``,
+    ``enable_conditionals``, ``prefetch_queue_depth``, ...)."""
     fn, pipeline_def, types = libs(lib)
     opts.setdefault("device_id", None)
 
     @pipeline_def(batch_size=batch_size, num_threads=default_threads(lib, num_threads), seed=seed, **opts)
     def pipe():
-        return body(fn, types)
+        out = body(fn, types)
+        return tuple(out) if isinstance(out, list) else out
 
     p = pipe()
-    p.build()
+    if build:
+        p.build()
     return p
+
+
+def samples(out) -> list[np.ndarray]:
+    """One output of a pipeline of either library (a TensorList, CPU or GPU) as a list of
+    NumPy arrays, one per sample."""
+    if type(out).__name__.endswith("GPU"):
+        out = out.as_cpu()
+    return [np.array(out.at(i)) for i in range(len(out))]
+
+
+def run_pipeline(pipe, iterations: int = 1) -> list[list[list[np.ndarray]]]:
+    """``iterations`` runs of a built pipeline of either library: per run, per output, the
+    samples as NumPy arrays (``run_pipeline(p, 2)[1][0][3]``: run 2, output 0, sample 3)."""
+    return [[samples(o) for o in pipe.run()] for _ in range(iterations)]
 
 
 def to_dali(value):
@@ -96,12 +129,6 @@ def lookup(namespace, name: str):
     for part in name.split("."):
         namespace = getattr(namespace, part)
     return namespace
-
-
-def _samples(out) -> list[np.ndarray]:
-    if type(out).__name__.endswith("GPU"):
-        out = out.as_cpu()
-    return [np.array(out.at(i)) for i in range(len(out))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +189,7 @@ def run_graph(lib: str, build, *batches, layouts=None, batch_size=None, seed=3, 
 
     p = pipe()
     p.build()
-    return [(_samples(o), o.layout()) for o in p.run()]
+    return [(samples(o), o.layout()) for o in p.run()]
 
 
 def run_graph_samples(lib: str, build, *batches, **kwargs):
@@ -289,7 +316,7 @@ def run_case(lib: str, name: str, case: Case, num_threads: int = 1, device: str 
     p.build()
     outs = []
     for _ in range(case.iterations):
-        outs += [(_samples(o), o.layout()) for o in p.run()]
+        outs += [(samples(o), o.layout()) for o in p.run()]
     return outs
 
 

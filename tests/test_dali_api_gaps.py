@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from oracle import check, run_graph
+from oracle import check, libs, pipeline, run_graph, submodule
 
 import stoker
 from stoker import fn, pipeline_def, types
@@ -64,7 +64,7 @@ def test_float16_constant_computes_in_float16():
 
 
 def test_scalar_constant_object_matches_dali():
-    dali_types = pytest.importorskip("nvidia.dali.types")
+    _, _, dali_types = libs("dali")
     for make in (lambda t: t.Constant(2), lambda t: t.Constant(2.5), lambda t: t.Constant(True),
                  lambda t: t.Constant(2.7).uint8(), lambda t: t.Constant(3, dtype=t.FLOAT64),
                  lambda t: t.Constant(np.int16(4)), lambda t: t.Constant(1).float16()):
@@ -158,11 +158,8 @@ def test_experimental_pipeline_def_runs_debug_mode():
 
 
 def test_dali_has_the_experimental_names_we_mirror():
-    pytest.importorskip("nvidia.dali")
-    import nvidia.dali.experimental.dynamic  # noqa: F401
-    from nvidia.dali.pipeline.experimental import pipeline_def as dali_exp_def
-
-    assert callable(dali_exp_def)
+    submodule("dali", "experimental.dynamic")
+    assert callable(submodule("dali", "pipeline.experimental").pipeline_def)
 
 
 # --- 4. None means "not given" ----------------------------------------------------------------------
@@ -277,16 +274,17 @@ def test_list_of_inputs_applies_the_operator_per_set_like_dali():
 
 
 def test_multiple_input_sets_of_a_multi_output_operator_group_by_output():
-    dali = pytest.importorskip("nvidia.dali")
-    import nvidia.dali.fn as dali_fn
-
     structures = []
-    for lib_fn, pipeline_cls in ((fn, stoker.Pipeline), (dali_fn, dali.Pipeline)):
-        with pipeline_cls(batch_size=1, num_threads=1, device_id=None):
-            boxes = [lib_fn.external_source(source=lambda: [np.array([[0.1, 0.1, 0.5, 0.5]], np.float32)],
-                                            batch=True) for _ in range(2)]
-            out = lib_fn.random_bbox_crop(boxes, bbox_layout="xyXY")
+
+    def body(f, t):  # the graph only: the pipeline is neither built nor run
+        boxes = [f.external_source(source=lambda: [np.array([[0.1, 0.1, 0.5, 0.5]], np.float32)], batch=True)
+                 for _ in range(2)]
+        out = f.random_bbox_crop(boxes, bbox_layout="xyXY")
         structures.append([len(x) for x in out])
+        return tuple(node for group in out for node in group)
+
+    for lib in ("stoker", "dali"):
+        pipeline(lib, body, 1, num_threads=1, build=False)
     assert structures[0] == structures[1] == [2, 2, 2]
 
 

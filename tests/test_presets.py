@@ -5,10 +5,9 @@ import io
 import cv2
 import numpy as np
 import pytest
+from oracle import pipeline, run_pipeline
 from PIL import Image
 
-import stoker.fn as fn
-from stoker import pipeline_def, types
 from stoker.presets import IMAGENET_MEAN, IMAGENET_STD, imagenet_eval
 
 
@@ -25,24 +24,21 @@ def _jpegs(n=4):
     return out
 
 
-def _pipeline(lib_fn, lib_def, encoded):
-    @lib_def(batch_size=len(encoded), num_threads=1, device_id=None)
-    def p():
-        jpegs = lib_fn.external_source(source=lambda: encoded, batch=True)
-        imgs = lib_fn.decoders.image(jpegs, output_type=types.RGB)
-        imgs = lib_fn.resize(imgs, resize_shorter=256)
-        return lib_fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
-                                            mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD))
+def _pipeline(lib, encoded):
+    def body(f, t):
+        jpegs = f.external_source(source=lambda: encoded, batch=True)
+        imgs = f.decoders.image(jpegs, output_type=t.RGB)
+        imgs = f.resize(imgs, resize_shorter=256)
+        return f.crop_mirror_normalize(imgs, crop=(224, 224), dtype=t.FLOAT, output_layout="CHW",
+                                       mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD))
 
-    pipe = p()
-    pipe.build()
-    out = pipe.run()[0]
-    return [np.asarray(out.at(i)) for i in range(len(encoded))]
+    ((out,),) = run_pipeline(pipeline(lib, body, len(encoded), num_threads=1))
+    return out
 
 
 def test_imagenet_eval_equals_the_stoker_pipeline_bit_for_bit():
     encoded = _jpegs()
-    want = _pipeline(fn, pipeline_def, encoded)
+    want = _pipeline("stoker", encoded)
     for enc, w in zip(encoded, want):
         got = imagenet_eval(enc.tobytes())
         assert got.dtype == np.float32 and got.shape == (3, 224, 224)
@@ -67,11 +63,8 @@ def test_imagenet_eval_names_a_wrong_input():
 
 @pytest.mark.oracle
 def test_imagenet_eval_matches_dalis_cpu_pipeline():
-    dali_fn = pytest.importorskip("nvidia.dali.fn")
-    from nvidia.dali import pipeline_def as dali_def
-
     encoded = _jpegs()
-    want = _pipeline(dali_fn, dali_def, encoded)
+    want = _pipeline("dali", encoded)
     for enc, w in zip(encoded, want):
         got = imagenet_eval(enc)
         # within one level of 255 (1 / std after normalization); about a fifth of the values differ

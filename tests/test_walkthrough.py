@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from oracle import libs
 
 import stoker.fn as fn
 import stoker.types as types
@@ -45,11 +46,10 @@ def test_getting_started_walkthrough(sample_jpeg_dir):
 
 @pytest.mark.oracle
 def test_walkthrough_outputs_match_dali_structure(sample_jpeg_dir):
-    dali = pytest.importorskip("nvidia.dali")
-    import nvidia.dali.fn as dfn
-
+    """The walkthrough's own pipeline (its factory, as written) in both libraries."""
     results = {}
-    for name, pdef, f in [("stoker", pipeline_def, fn), ("dali", dali.pipeline_def, dfn)]:
+    for name in ("stoker", "dali"):
+        f, pdef, _ = libs(name)
         pipe = simple_pipeline_factory(sample_jpeg_dir, pdef, f)(batch_size=8, num_threads=1, device_id=None,
                                                                  seed=1234)
         pipe.build()

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from oracle import pipeline, run_pipeline, submodule, to_dali
 
 import stoker
 from stoker import types
@@ -27,28 +28,30 @@ def _images():
     return imgs
 
 
-def _apply(lib, module, name, magnitude_bin, sign, num_bins=11, **extra):
-    """Run ``module.<name>`` of ``lib`` (stoker or DALI) on the test images at one magnitude."""
-    core = __import__(f"{lib.__name__}.auto_aug.core", fromlist=["signed_bin"])
+def _apply(lib, name, magnitude_bin, sign, num_bins=11, **extra):
+    """Run ``auto_aug.augmentations.<name>`` of ``lib`` ("stoker" or "dali") on the test images at
+    one magnitude; ``extra`` takes stoker's enums (converted for DALI)."""
+    module = submodule(lib, "auto_aug.augmentations")
+    core = submodule(lib, "auto_aug.core")
     images = _images()
+    if lib == "dali":
+        extra = {k: to_dali(v) for k, v in extra.items()}
 
-    @lib.pipeline_def(batch_size=BS, num_threads=2, device_id=None, seed=1, enable_conditionals=True)
-    def pipe():
-        x = lib.fn.external_source(source=lambda: images, batch=True, layout="HWC")
+    def body(f, t):
+        x = f.external_source(source=lambda: images, batch=True, layout="HWC")
         aug = getattr(module, name)
         kw = dict(extra)
         if aug.mag_range is not None:
             kw.update(magnitude_bin=magnitude_bin, num_magnitude_bins=num_bins)
             if aug.randomly_negate:
-                s = lib.fn.external_source(source=lambda: [np.array(sign, np.int32)] * BS, batch=True)
+                s = f.external_source(source=lambda: [np.array(sign, np.int32)] * BS, batch=True)
                 kw["magnitude_bin"] = core.signed_bin(magnitude_bin, random_sign=s)
         if name in ("translate_x", "translate_y"):
             kw["shape"] = x.shape()
         return aug(x, **kw)
 
-    p = pipe()
-    p.build()
-    out = [np.array(t) for t in p.run()[0]]
+    p = pipeline(lib, body, BS, num_threads=2, seed=1, enable_conditionals=True)
+    ((out,),) = run_pipeline(p)
     if hasattr(p, "close"):
         p.close()
     return out
@@ -58,16 +61,11 @@ def _apply(lib, module, name, magnitude_bin, sign, num_bins=11, **extra):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("magnitude_bin,sign", [(2, 0), (7, 1), (10, 0)])
 def test_matches_dali(name, magnitude_bin, sign):
-    pytest.importorskip("nvidia.dali")
-    import nvidia.dali
-    import nvidia.dali.auto_aug.augmentations as da
-
     extra = {"interp_type": types.INTERP_NN} if name in GEOMETRIC else {}
-    got = _apply(stoker, sa, name, magnitude_bin, sign, **extra)
+    got = _apply("stoker", name, magnitude_bin, sign, **extra)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DALI's deprecation notes (experimental.filter/equalize)
-        extra = {"interp_type": nvidia.dali.types.INTERP_NN} if name in GEOMETRIC else {}
-        want = _apply(nvidia.dali, da, name, magnitude_bin, sign, **extra)
+        want = _apply("dali", name, magnitude_bin, sign, **extra)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype == np.uint8 and g.shape == w.shape
         if name == "rotate":
@@ -81,12 +79,8 @@ def test_matches_dali(name, magnitude_bin, sign):
 @pytest.mark.oracle
 @pytest.mark.parametrize("name", ["shear_x", "translate_y", "rotate"])
 def test_linear_warps_within_one_level_of_dali(name):
-    pytest.importorskip("nvidia.dali")
-    import nvidia.dali
-    import nvidia.dali.auto_aug.augmentations as da
-
-    got = _apply(stoker, sa, name, 6, 1)
-    want = _apply(nvidia.dali, da, name, 6, 1)
+    got = _apply("stoker", name, 6, 1)
+    want = _apply("dali", name, 6, 1)
     for g, w in zip(got, want):
         assert g.shape == w.shape
         diff = np.abs(g.astype(int) - w.astype(int))
@@ -106,13 +100,13 @@ def test_pointwise_ops_match_numpy():
     }
     for name, ref in checks.items():
         mag = 10 if name == "posterize" else 4
-        got = _apply(stoker, sa, name, mag, 0, num_bins=bins)
+        got = _apply("stoker", name, mag, 0, num_bins=bins)
         for g, x in zip(got, imgs):
             np.testing.assert_array_equal(g, ref(x).astype(np.uint8), err_msg=name)
 
 
 def test_auto_contrast_stretches_each_channel():
-    got = _apply(stoker, sa, "auto_contrast", 0, 0)
+    got = _apply("stoker", "auto_contrast", 0, 0)
     for g, x in zip(got, _images()):
         for c in range(3):
             if x[..., c].min() == x[..., c].max():

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from oracle import pipeline, run_pipeline, submodule
 
 import stoker
 from stoker.auto_aug import augmentations as sa
@@ -64,9 +65,8 @@ def _same_suites(ours, theirs, num_bins):
                                     "get_trivial_augment_wide_suite"])
 @pytest.mark.parametrize("use_shape", [False, True])
 def test_suites_match_dali(getter, use_shape):
-    pytest.importorskip("nvidia.dali")
-    from nvidia.dali.auto_aug import rand_augment as dra
-    from nvidia.dali.auto_aug import trivial_augment as dta
+    dra = submodule("dali", "auto_aug.rand_augment")
+    dta = submodule("dali", "auto_aug.trivial_augment")
 
     ours = getattr(trivial_augment if "trivial" in getter else rand_augment, getter)(use_shape)
     theirs = getattr(dta if "trivial" in getter else dra, getter)(use_shape)
@@ -77,8 +77,7 @@ def test_suites_match_dali(getter, use_shape):
 @pytest.mark.parametrize("getter", ["get_image_net_policy", "get_reduced_image_net_policy", "get_svhn_policy",
                                     "get_reduced_cifar10_policy"])
 def test_policies_match_dali(getter):
-    pytest.importorskip("nvidia.dali")
-    from nvidia.dali.auto_aug import auto_augment as daa
+    daa = submodule("dali", "auto_aug.auto_augment")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -236,12 +235,8 @@ def test_select_by_index_matches_numpy():
 def test_deterministic_policies_match_dali():
     """Schemes whose choices are certain (probability 1, one sub-policy or op, no random sign)
     give DALI's output exactly: the split/merge wiring and the magnitude tables agree."""
-    pytest.importorskip("nvidia.dali")
-    import nvidia.dali
-    from nvidia.dali.auto_aug import augmentations as da
-    from nvidia.dali.auto_aug import auto_augment as daa
-    from nvidia.dali.auto_aug import rand_augment as dra
-    from nvidia.dali.auto_aug.core import Policy as DaliPolicy
+    da, daa, dra, dcore = (submodule("dali", f"auto_aug.{m}") for m in ("augmentations", "auto_augment",
+                                                                         "rand_augment", "core"))
 
     def schemes(aug_mod, aa_mod, ra_mod, policy_cls):
         steps = [(aug_mod.solarize, 1.0, 3), (aug_mod.posterize, 1.0, 2), (aug_mod.equalize, 1.0, None)]
@@ -253,21 +248,18 @@ def test_deterministic_policies_match_dali():
     images = _images()
 
     def run(lib, scheme):
-        @lib.pipeline_def(batch_size=BS, num_threads=2, device_id=None, seed=3, enable_conditionals=True)
-        def pipe():
-            x = lib.fn.external_source(source=lambda: images, batch=True, layout="HWC")
-            return scheme(x)
+        def body(f, t):
+            return scheme(f.external_source(source=lambda: images, batch=True, layout="HWC"))
 
-        p = pipe()
-        p.build()
-        return [np.array(t) for t in p.run()[0]]
+        ((out,),) = run_pipeline(pipeline(lib, body, BS, num_threads=2, seed=3, enable_conditionals=True))
+        return out
 
     ours = schemes(sa, auto_augment, rand_augment, Policy)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = schemes(da, daa, dra, DaliPolicy)
+        theirs = schemes(da, daa, dra, dcore.Policy)
         for mine, dalis in zip(ours, theirs):
-            got, want = run(stoker, mine), run(nvidia.dali, dalis)
+            got, want = run("stoker", mine), run("dali", dalis)
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
 

@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pytest
+from oracle import pipeline, submodule
 
 torch = pytest.importorskip("torch")
 
@@ -33,28 +34,22 @@ def seven_files(tmp_path_factory):
     return str(root)
 
 
-def _stoker_pipe(root, pad, shard=0, shards=1, stick=False, batch_size=2, checkpointing=False):
-    @pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, seed=3,
-                  enable_checkpointing=checkpointing)
-    def pipe():
-        data, label = fn.readers.file(file_root=root, pad_last_batch=pad, shard_id=shard, num_shards=shards,
-                                      stick_to_shard=stick, name="Reader")
+def _reader_pipe(lib, root, pad, shard=0, shards=1, stick=False, batch_size=2, checkpointing=False):
+    """An unbuilt pipeline of ``lib`` (the iterator builds it) over readers.file named "Reader"."""
+    def body(f, t):
+        data, label = f.readers.file(file_root=root, pad_last_batch=pad, shard_id=shard, num_shards=shards,
+                                     stick_to_shard=stick, name="Reader")
         return data, label
 
-    return pipe()
+    return pipeline(lib, body, batch_size, num_threads=1, seed=3, build=False, enable_checkpointing=checkpointing)
+
+
+def _stoker_pipe(root, pad, shard=0, shards=1, stick=False, batch_size=2, checkpointing=False):
+    return _reader_pipe("stoker", root, pad, shard, shards, stick, batch_size, checkpointing)
 
 
 def _dali_pipe(root, pad, shard=0, shards=1, stick=False, batch_size=2):
-    dali = pytest.importorskip("nvidia.dali")
-    dfn = dali.fn
-
-    @dali.pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, seed=3)
-    def pipe():
-        data, label = dfn.readers.file(file_root=root, pad_last_batch=pad, shard_id=shard, num_shards=shards,
-                                       stick_to_shard=stick, name="Reader")
-        return data, label
-
-    return pipe()
+    return _reader_pipe("dali", root, pad, shard, shards, stick, batch_size)
 
 
 def _epochs(iterator, epochs):
@@ -77,7 +72,7 @@ def _run(iter_cls, policy, pipes, epochs=2, **kw):
 @pytest.mark.parametrize("policy", ["FILL", "DROP", "PARTIAL"])
 @pytest.mark.parametrize("pad", [False, True])
 def test_seven_samples_batch_two_matches_dali(seven_files, policy, pad):
-    dali_torch = pytest.importorskip("nvidia.dali.plugin.pytorch")
+    dali_torch = submodule("dali", "plugin.pytorch")
     ours = _run(DALIGenericIterator, LastBatchPolicy[policy], [_stoker_pipe(seven_files, pad)])
     theirs = _run(dali_torch.DALIGenericIterator, dali_torch.LastBatchPolicy[policy],
                   [_dali_pipe(seven_files, pad)])
@@ -89,7 +84,7 @@ def test_seven_samples_batch_two_matches_dali(seven_files, policy, pad):
 @pytest.mark.parametrize("pad", [False, True])
 @pytest.mark.parametrize("stick", [False, True])
 def test_two_cpu_pipelines_as_shards_match_dali(seven_files, policy, pad, stick):
-    dali_torch = pytest.importorskip("nvidia.dali.plugin.pytorch")
+    dali_torch = submodule("dali", "plugin.pytorch")
     ours = _run(DALIGenericIterator, LastBatchPolicy[policy],
                 [_stoker_pipe(seven_files, pad, s, 2, stick) for s in range(2)], epochs=3)
     theirs = _run(dali_torch.DALIGenericIterator, dali_torch.LastBatchPolicy[policy],
@@ -158,7 +153,7 @@ def test_bad_auto_reset_and_policy_are_rejected(seven_files):
 @pytest.mark.oracle
 @pytest.mark.parametrize("policy", ["FILL", "DROP", "PARTIAL"])
 def test_size_instead_of_reader_name_matches_dali(seven_files, policy):
-    dali_torch = pytest.importorskip("nvidia.dali.plugin.pytorch")
+    dali_torch = submodule("dali", "plugin.pytorch")
 
     def run(cls, pol, pipe):
         with pytest.warns(Warning):
@@ -272,15 +267,11 @@ def _batches_source():
 @pytest.mark.oracle
 @pytest.mark.parametrize("auto_reset", [False, True])
 def test_external_source_epochs_end_with_the_source_like_dali(auto_reset):
-    dali = pytest.importorskip("nvidia.dali")
-    dali_torch = pytest.importorskip("nvidia.dali.plugin.pytorch")
+    dali_torch = submodule("dali", "plugin.pytorch")
 
-    def make(pdef, fns):
-        @pdef(batch_size=2, num_threads=1, device_id=None)
-        def pipe():
-            return fns.external_source(source=_batches_source(), batch=True, cycle="raise")
-
-        return pipe()
+    def make(lib):
+        return pipeline(lib, lambda f, t: f.external_source(source=_batches_source(), batch=True, cycle="raise"), 2,
+                        num_threads=1, build=False)
 
     def run(cls, pipe):
         it = cls(pipe, ["x"], auto_reset=auto_reset)
@@ -291,8 +282,8 @@ def test_external_source_epochs_end_with_the_source_like_dali(auto_reset):
                 it.reset()
         return epochs
 
-    ours = run(DALIGenericIterator, make(pipeline_def, fn))
-    theirs = run(dali_torch.DALIGenericIterator, make(dali.pipeline_def, dali.fn))
+    ours = run(DALIGenericIterator, make("stoker"))
+    theirs = run(dali_torch.DALIGenericIterator, make("dali"))
     assert ours == theirs == [[[0, 1], [2, 3], [4, 5]]] * 2
 
 

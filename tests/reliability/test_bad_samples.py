@@ -17,6 +17,7 @@ import zlib
 import cv2
 import numpy as np
 import pytest
+from oracle import pipeline
 from PIL import Image
 from reliability_images import jpeg_bytes, photo, pillow_bytes, pillow_rgb, png_bytes
 
@@ -370,17 +371,15 @@ def test_empty_class_folder_keeps_its_label_index(tmp_path):
 
 @pytest.mark.oracle
 def test_empty_class_folder_matches_dali(tmp_path):
-    dali = pytest.importorskip("nvidia.dali")
     _empty_class_tree(tmp_path)
-    results = []
-    for mod in (dali, __import__("stoker")):
-        @mod.pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=0)
-        def p(mod=mod):
-            jpegs, labels = mod.fn.readers.file(file_root=str(tmp_path))
-            return mod.fn.decoders.image(jpegs), labels, mod.fn.get_property(jpegs, key="source_info")
 
-        pipe = p()
-        pipe.build()
+    def body(f, t):
+        jpegs, labels = f.readers.file(file_root=str(tmp_path))
+        return f.decoders.image(jpegs), labels, f.get_property(jpegs, key="source_info")
+
+    results = []
+    for lib in ("dali", "stoker"):
+        pipe = pipeline(lib, body, 2, num_threads=1, seed=0)
         results.append((_labels_and_sources(pipe), pipe.epoch_size()))
         if hasattr(pipe, "close"):
             pipe.close()

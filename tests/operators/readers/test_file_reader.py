@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 import pytest
+from oracle import pipeline
 from reader_helpers import sample_id, write_tree
 
 import stoker
@@ -19,27 +20,18 @@ from stoker import fn, ops, pipeline_def
 from stoker.errors import OperatorError, PipelineBuildError
 
 
-def stoker_pipe(batch_size, **reader_args):
-    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=None, seed=7)
-    def p():
-        return fn.readers.file(name="R", **reader_args)
+def reader_pipe(lib, batch_size, **reader_args):
+    """A built pipeline of ``lib`` whose outputs are readers.file's (named "R"): two threads for
+    stoker, one for DALI (oracle.default_threads), seed 7."""
+    return pipeline(lib, lambda f, t: f.readers.file(name="R", **reader_args), batch_size, seed=7)
 
-    pipe = p()
-    pipe.build()
-    return pipe
+
+def stoker_pipe(batch_size, **reader_args):
+    return reader_pipe("stoker", batch_size, **reader_args)
 
 
 def dali_pipe(batch_size, **reader_args):
-    dali = pytest.importorskip("nvidia.dali")
-
-    @dali.pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, seed=7)
-    def p():
-        jpegs, labels = dali.fn.readers.file(name="R", **reader_args)
-        return jpegs, labels
-
-    pipe = p()
-    pipe.build()
-    return pipe
+    return reader_pipe("dali", batch_size, **reader_args)
 
 
 def read(pipe, iterations):

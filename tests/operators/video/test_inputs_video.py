@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from clips import H264, pyav_frames, write_clip
+from oracle import pipeline, run_pipeline
 
 from stoker import fn, pipeline_def
 from stoker.errors import ArgumentError, OperatorError, StokerError
@@ -226,23 +227,17 @@ def test_eager_mode_points_to_pipelines():
 
 
 def dali_stream(paths, batch_size, **kw):
-    dali = pytest.importorskip("nvidia.dali")
-
-    @dali.pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, prefetch_queue_depth=1)
-    def p():
-        return dali.fn.experimental.inputs.video(name="v", device="cpu", **kw)
-
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = p()
-        pipe.build()
+        pipe = pipeline("dali", lambda f, t: f.experimental.inputs.video(name="v", device="cpu", **kw), batch_size,
+                        num_threads=1, prefetch_queue_depth=1)
         for path in paths:
             pipe.feed_input("v", [_bytes(path)])
         try:
             while True:
-                (o,) = pipe.run()
-                out.append([np.array(o[i]) for i in range(len(o))])
+                (o,) = run_pipeline(pipe)[0]
+                out.append(o)
         except RuntimeError:
             pass  # no data left (DALI then refuses to run again)
     return out

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from clips import pyav_frames
+from oracle import run_op
 
 from stoker import fn, pipeline_def
 from stoker.operators.video.decoder import pad_indices
@@ -33,19 +34,10 @@ def stoker_decode(paths, on_error="raise", op="decoders.video", **kw):
 
 
 def dali_decode(path, **kw):
-    dali = pytest.importorskip("nvidia.dali")
-    data = _bytes(path)
-
-    @dali.pipeline_def(batch_size=1, num_threads=1, device_id=None)
-    def p():
-        enc = dali.fn.external_source(source=lambda: [data], batch=True)
-        return dali.fn.decoders.video(enc, device="cpu", **kw)
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = p()
-        pipe.build()
-        return np.array(pipe.run()[0][0])
+        (out,) = run_op("dali", "decoders.video", [_bytes(path)], layout=None, num_threads=1, device="cpu", **kw)
+    return out
 
 
 SELECTIONS = [

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from clips import pyav_frames, pyav_pts_seconds
+from oracle import libs, pipeline, run_pipeline
 
 from stoker import fn, pipeline_def, types
 
@@ -34,20 +35,14 @@ def run(batch_size=4, iterations=3, on_error="raise", num_threads=2, **kw):
 @pytest.mark.parametrize("codec", ["vp9", "mjpeg"])
 @pytest.mark.parametrize("length,stride,step", [(4, 2, 5), (3, 1, -1), (5, 3, 2)])
 def test_matches_dali_cpu_reader(clip_dir, codec, length, stride, step):
-    dali = pytest.importorskip("nvidia.dali")
     files = [clip_dir[codec], clip_dir[codec]]
     kw = dict(filenames=files, labels=[4, 7], sequence_length=length, stride=stride, step=step,
               enable_frame_num=True, enable_timestamps=True)
 
-    @dali.pipeline_def(batch_size=3, num_threads=1, device_id=None)
-    def d():
-        return tuple(dali.fn.experimental.readers.video(device="cpu", **kw))
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dp = d()
-        dp.build()
-        want = [[[np.array(o[i]) for i in range(3)] for o in dp.run()] for _ in range(4)]
+        dp = pipeline("dali", lambda f, t: f.experimental.readers.video(device="cpu", **kw), 3, num_threads=1)
+        want = run_pipeline(dp, 4)
     got, _ = run(batch_size=3, iterations=4, **kw)
     for (g, _, _), w in zip(got, want):
         for k in range(3):
@@ -67,8 +62,9 @@ def test_matches_dali_cpu_reader(clip_dir, codec, length, stride, step):
     dict(file_root="R"), dict(file_root="R", enable_frame_num=True, enable_timestamps=True), dict(file_list="L"),
     dict(file_list="L", enable_frame_num=True, enable_timestamps=True)])
 def test_output_count_as_dali(kw):
-    dali_fn = pytest.importorskip("nvidia.dali.fn")
     from stoker.operators.readers.video import video_outputs
+
+    dali_fn, _, _ = libs("dali")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

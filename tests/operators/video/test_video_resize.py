@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from oracle import pipeline, run_pipeline
 
 from stoker import fn, pipeline_def, types
 
@@ -97,25 +98,18 @@ def test_per_sample_sizes_are_refused_with_the_way_round(clip_dir):
 @pytest.mark.parametrize("size", [(20, 32), (24, 32), (30, 50), (62, 100)])
 def test_close_to_dali_reader_then_resize(clip_dir, codec, size):
     """DALI has no CPU readers.video_resize: its CPU reader (VP9, MJPEG) then its resize."""
-    dali = pytest.importorskip("nvidia.dali")
     kw = dict(filenames=[clip_dir[codec]], sequence_length=5, stride=2)
 
-    @dali.pipeline_def(batch_size=2, num_threads=1, device_id=None)
-    def d():
-        return dali.fn.resize(dali.fn.experimental.readers.video(device="cpu", **kw), size=list(size))
+    def dali_body(f, t):
+        return f.resize(f.experimental.readers.video(device="cpu", **kw), size=list(size))
 
-    @pipeline_def(batch_size=2, num_threads=2, device_id=None)
-    def s():
-        return fn.readers.video_resize(**kw, size=list(size))
+    def stoker_body(f, t):
+        return f.readers.video_resize(**kw, size=list(size))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dp = d()
-        dp.build()
-        want = [np.array(t) for _ in range(2) for t in dp.run()[0]]
-    sp = s()
-    sp.build()
-    got = [np.array(t) for _ in range(2) for t in sp.run()[0]]
+        want = [x for (out,) in run_pipeline(pipeline("dali", dali_body, 2, num_threads=1), 2) for x in out]
+    got = [x for (out,) in run_pipeline(pipeline("stoker", stoker_body, 2, num_threads=2), 2) for x in out]
     for g, w in zip(got, want):
         assert g.shape == w.shape == (5, *size, 3)
         _assert_sws_close(g, w, f"{codec} {size}")
