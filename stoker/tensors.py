@@ -87,6 +87,10 @@ class SampleList:
     def is_dense_tensor(self) -> bool:
         return len({s.shape for s in self._samples}) <= 1
 
+    def arg_samples(self):
+        """The samples as an operator's per-sample argument input sees them (a sequence)."""
+        return self.samples()
+
     def shape(self) -> list[tuple[int, ...]]:
         return [tuple(s.shape) for s in self._samples]
 
@@ -135,6 +139,58 @@ class TensorListCPU(SampleList):
 
     # Set by a reader on the batch of encoded samples it returns (see ReadHints); None otherwise.
     read_hints: ReadHints | None = None
+    # A batch an operator computed as one (N, ...) array (batch_of_rows) keeps it here; its
+    # per-sample views (_rows) are made only when something asks for them: for the small arrays
+    # of random generators and transforms, making 256 views cost more than computing the values,
+    # and a consumer that reads the whole column (arg_samples, transfer) never needs them.
+    _dense: np.ndarray | None = None
+    _rows: list | None = None
+
+    @property
+    def _samples(self) -> list:
+        rows = self._rows
+        if rows is None:
+            dense = self._dense
+            rows = self._rows = [] if dense is None else [dense[i, ...] for i in range(len(dense))]
+        return rows
+
+    @_samples.setter
+    def _samples(self, value: list) -> None:
+        self._rows = value
+        self._dense = None  # (replaced samples: the array no longer describes them)
+
+    def __len__(self) -> int:
+        if self._rows is None and self._dense is not None:
+            return len(self._dense)
+        return len(self._samples)
+
+    def is_dense_tensor(self) -> bool:
+        return self._dense is not None or super().is_dense_tensor()
+
+    def shape(self) -> list[tuple[int, ...]]:
+        if self._rows is None and self._dense is not None:
+            return [tuple(self._dense.shape[1:])] * len(self._dense)
+        return super().shape()
+
+    @property
+    def dtype(self) -> types.DALIDataType:
+        if self._dense is not None and len(self._dense):
+            return types.to_dali_type(self._dense.dtype)
+        return super().dtype
+
+    @property
+    def ndim(self) -> int:
+        if self._dense is not None and len(self._dense):
+            return self._dense.ndim - 1
+        return super().ndim
+
+    def arg_samples(self):
+        """The samples as an operator's per-sample argument input sees them: a sequence of
+        arrays; :class:`DenseRows` where the batch is one array, so that reading the whole
+        column (``np.asarray``) takes one step and no per-sample views are made."""
+        if self._rows is None and self._dense is not None:
+            return DenseRows(self._dense)
+        return self._samples
 
     def __init__(self, data, layout: str = "", source_info: Sequence[str] | None = None):
         if isinstance(data, TensorListCPU):
@@ -163,8 +219,8 @@ class TensorListCPU(SampleList):
         """Pickled as one buffer (a helper process's inputs and outputs, stoker.pipeline.batch_offload):
         the batch's dense array when it has one, else its samples back to back with their shapes,
         not one pickled array per sample (several times slower for a batch of small samples)."""
-        dense = getattr(self, "_dense", None)
-        if isinstance(dense, np.ndarray) and len(dense) == len(self._samples):
+        dense = self._dense
+        if isinstance(dense, np.ndarray):
             return _rebuild_dense, (dense, self._layout, self._source_info)
         samples = self._samples
         flat = np.concatenate([s.reshape(-1) for s in samples]) if samples else np.empty(0)
@@ -307,11 +363,40 @@ def batch_of_rows(values: np.ndarray, layout: str = "", source_info=None) -> Ten
     needs no stacking. For operators that compute a whole batch in one NumPy step."""
     out = TensorListCPU.__new__(TensorListCPU)
     n = values.shape[0]
-    out._samples = [values[i, ...] for i in range(n)]
+    out._dense = values  # (its per-sample views are made when asked for: TensorListCPU._samples)
     out._layout = layout or ""
     out._source_info = list(source_info) if source_info is not None else [""] * n
-    out._dense = values
     return out
+
+
+class DenseRows(Sequence):
+    """The samples of a batch held as one ``(N, ...)`` array, as a read-only sequence: item ``i``
+    is the view ``array[i, ...]`` (what the batch's own samples are), made when read; NumPy
+    reads the whole column through ``__array__`` in one step. Given to operators as per-sample
+    argument inputs (:meth:`TensorListCPU.arg_samples`)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.array[j, ...] for j in range(*i.indices(len(self.array)))]
+        return self.array[i, ...]
+
+    def __iter__(self):
+        a = self.array
+        return (a[i, ...] for i in range(len(a)))
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __reduce__(self):
+        return DenseRows, (self.array,)
 
 
 def _to_numpy(x) -> np.ndarray:

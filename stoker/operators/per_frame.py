@@ -33,7 +33,7 @@ import numpy as np
 
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import TensorListCPU
+from stoker.tensors import DenseRows, TensorListCPU
 
 
 class FrameArray(np.ndarray):
@@ -166,7 +166,15 @@ def frame_tagged(out: TensorListCPU) -> TensorListCPU:
 
 def has_frame_values(arg_inputs: dict) -> bool:
     """Whether any argument input holds per-frame values (``fn.per_frame``)."""
-    return any(FrameArray in set(map(type, v)) for v in arg_inputs.values())
+    return any(is_per_frame(v) for v in arg_inputs.values())
+
+
+def is_per_frame(values) -> bool:
+    """Whether one argument input's samples (a list, or :class:`~stoker.tensors.DenseRows`,
+    whose rows are all of its array's type) hold per-frame values."""
+    if isinstance(values, DenseRows):
+        return isinstance(values.array, FrameArray)
+    return FrameArray in set(map(type, values))  # (map/set: no Python frame per sample)
 
 
 def _frame_count(op, framed: dict, inputs, seq_in: bool) -> int:

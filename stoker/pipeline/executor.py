@@ -471,7 +471,7 @@ class Executor:
             if prep is None or not all(k in it.values for k in keys):
                 continue
             inputs = [it.values[k] for k in keys[:len(node.inputs)]]
-            arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
+            arg_inputs = {k: it.values[(x.source.id, x.index)].arg_samples() for k, x in node.arg_inputs.items()}
             sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
             ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
                                sources=sources, device_id=self.gpu.device_id if self.gpu else None,
@@ -495,7 +495,7 @@ class Executor:
         its failed samples are dropped (:meth:`drop_samples`). Errors name the operator."""
         inst = self.graph.instances[node.id]
         inputs = [it.values[(x.source.id, x.index)] for x in node.inputs]
-        arg_inputs = {k: it.values[(x.source.id, x.index)].samples() for k, x in node.arg_inputs.items()}
+        arg_inputs = {k: it.values[(x.source.id, x.index)].arg_samples() for k, x in node.arg_inputs.items()}
         in_gpu_stage = gpu
         if gpu and node.device == "cpu" and all(isinstance(x, TensorListCPU) for x in inputs):
             gpu = False  # (a CPU operator after .cpu() or after a metadata read: host data, host code)

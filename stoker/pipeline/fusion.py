@@ -200,7 +200,7 @@ def _prepare(ex, step: FusedStep, it):
                            device_id=ex.gpu.device_id if ex.gpu else None)
         ctx.on_error = ex.on_error
         ctx.index_offset = it.offset
-        arg_inputs = {k: it.values[_key(x)].samples() for k, x in node.arg_inputs.items()}
+        arg_inputs = {k: it.values[_key(x)].arg_samples() for k, x in node.arg_inputs.items()}
         for k, v in arg_inputs.items():
             if len(v) != n:
                 raise OperatorError(f"argument '{k}' has {len(v)} samples but the batch has {n}",

@@ -48,13 +48,13 @@ def scalar_column(op, arg_inputs: dict, name: str, n: int, default: float) -> np
     the caller then runs the per-sample rule to name that sample (``gpu_registry.plan_batch``).
     Returns None where one NumPy step cannot read the values (per-frame values, samples of
     differing shapes): the caller then plans sample by sample."""
-    from stoker.operators.per_frame import FrameArray
+    from stoker.operators.per_frame import is_per_frame
 
     if name not in arg_inputs:
         v = op.args.get(name)
         return np.full(n, default if v is None else scalar(op, op.args, name, default), np.float64)
     values = arg_inputs[name]
-    if len(values) != n or FrameArray in set(map(type, values)):  # per-frame values: sample by sample
+    if len(values) != n or is_per_frame(values):  # per-frame values: sample by sample
         return None
     try:
         arr = np.asarray(values)

@@ -29,7 +29,7 @@ from stoker.operators.gpu_registry import (
     upload_table,
 )
 from stoker.operators.image.geometry_batch import plan_rows, sample_rows
-from stoker.operators.per_frame import FrameArray
+from stoker.operators.per_frame import has_frame_values
 
 _SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16",
            np.dtype(np.float32): "f32"}
@@ -87,7 +87,7 @@ def pass_plan(axes: int) -> list[tuple[int, int, int, bool]]:
 
 def _has_frame_values(arg_inputs) -> bool:
     """Whether some argument input holds per-frame values (C-level: no Python step per sample)."""
-    return any(FrameArray in set(map(type, vals)) for vals in arg_inputs.values())
+    return has_frame_values(arg_inputs)
 
 
 @functools.cache

@@ -186,9 +186,9 @@ def _numeric_rows(op, values, name: str, n: int) -> np.ndarray:
     """Argument input ``values`` (one array per sample) as one (n, k) float64 array, or
     PerSample where the per-sample rule must decide (a per-frame value, samples of different
     sizes, non-numbers, fractions for an integer argument)."""
-    from stoker.operators.per_frame import FrameArray
+    from stoker.operators.per_frame import is_per_frame
 
-    if FrameArray in set(map(type, values)):  # (map/set: no Python frame per sample)
+    if is_per_frame(values):
         raise PerSample(name)
     try:
         arr = np.asarray(values)

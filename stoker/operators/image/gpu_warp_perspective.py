@@ -28,7 +28,7 @@ from stoker.operators.gpu_registry import (
     upload_table,
 )
 from stoker.operators.image.geometry_batch import plan_rows
-from stoker.operators.per_frame import FrameArray
+from stoker.operators.per_frame import has_frame_values
 
 _KERNELS = {np.dtype(np.uint8): "perspective_u8", np.dtype(np.float32): "perspective_f32"}
 _BORDER = {"constant": 0, "replicate": 1, "reflect": 2, "reflect_101": 3, "wrap": 4}  # as in the .cu
@@ -93,7 +93,7 @@ def border_values(fill, dtype) -> np.ndarray:
 
 def _has_frame_values(arg_inputs) -> bool:
     """Whether some argument input holds per-frame values (C-level: no Python step per sample)."""
-    return any(FrameArray in set(map(type, vals)) for vals in arg_inputs.values())
+    return has_frame_values(arg_inputs)
 
 
 def _kernel_takes(dtype, dims, interp, fill) -> bool:
