@@ -136,6 +136,7 @@ class TensorListGPU(SampleList):
         self._dense = None
         self._flat = None  # (buffer, element offsets, shapes) of a ragged batch in one buffer
         self._sample_list = None  # per-sample views, made on first use
+        self._geometry = None  # (storage it describes, geometry()'s arrays)
         if isinstance(data, TensorListGPU):
             self._dense, self._flat, self._sample_list = data._dense, data._flat, data._sample_list
             if self._sample_list is not None:
@@ -294,11 +295,26 @@ class TensorListGPU(SampleList):
         per-sample tables with NumPy instead of a Python loop; samples must
         be row-contiguous within a row (checked for list-backed batches).
         """
+        # Kept until the batch's storage changes: the operators of a GPU stage ask a batch for it
+        # several times (checks, plans, the kernel's table), and it is the same every time. The
+        # arrays are read-only, so that no caller changes what the next one reads.
+        key = (self._dense, self._flat, self._sample_list)
+        cached = self._geometry
+        if cached is not None and all(a is b for a, b in zip(cached[0], key)):
+            return cached[1]
+        out = self._compute_geometry()
+        for a in out:
+            a.flags.writeable = False
+        self._geometry = (key, out)
+        return out
+
+    def _compute_geometry(self):
         n = len(self)
         if self._dense is not None:
             d = self._dense
             ptrs = d.data.ptr + np.arange(n, dtype=np.int64) * (d.strides[0] if n else 0)
-            shapes = np.tile(np.asarray(d.shape[1:], np.int64), (n, 1))
+            shapes = np.empty((n, d.ndim - 1), np.int64)
+            shapes[:] = d.shape[1:]
             row = np.full(n, d.strides[1] if d.ndim > 1 else d.itemsize, np.int64)
             return ptrs, row, shapes
         if self._flat is not None:
@@ -307,7 +323,7 @@ class TensorListGPU(SampleList):
             ptrs = buf.data.ptr + offsets * item
             row = (np.prod(shapes[:, 1:], axis=1) * item).astype(np.int64) if shapes.shape[1] > 1 \
                 else np.full(n, item, np.int64)
-            return ptrs, row, shapes
+            return ptrs, row, shapes.copy()  # (a copy: _flat's own shapes stay writable for its owner)
         samples = self._samples
         ptrs = np.fromiter((s.data.ptr for s in samples), np.int64, n)
         row = np.fromiter((s.strides[0] for s in samples), np.int64, n)
