@@ -395,11 +395,12 @@ def installed():
     cp = make_module()
     sys.modules.update({"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.runtime": cp.cuda.runtime})
     state = (cuda._pool_chosen, cuda._pool_object, dict(cuda._module_cache), dict(transfer._rings),
-             dict(transfer._arenas))
+             dict(transfer._arenas), dict(cuda._function_cache))
 
     def reset():
         cuda.cupy.cache_clear()
         cuda._module_cache.clear()
+        cuda._function_cache.clear()
         transfer._rings.clear()
         transfer._arenas.clear()
         cuda._pool_chosen = cuda._pool_object = None
@@ -419,6 +420,7 @@ def installed():
         cuda._module_cache.update(state[2])
         transfer._rings.update(state[3])
         transfer._arenas.update(state[4])
+        cuda._function_cache.update(state[5])
 
 
 # --- helpers for tests of GPU planning ------------------------------------------------------------

@@ -336,6 +336,11 @@ class TableArena:
     """
 
     ALIGN = 256
+    # Device memory for the tables comes in chunks of this size, one chunk at a time per stream,
+    # handed out in order: one pool allocation per few batches rather than one per table (the
+    # pool's allocator is a Python call, and the GPU stage made ~20 of them a batch for tables).
+    # A chunk returns to the pool when its last table is dropped, as a table's own block did.
+    CHUNK = 1 << 20
 
     def __init__(self, size: int = 16 << 20):
         self.size = size
@@ -344,6 +349,20 @@ class TableArena:
         self._lap = 0
         self._live: collections.deque = collections.deque()  # (lap, start, event), in order
         self._lock = threading.Lock()
+        self._chunks: dict = {}  # stream pointer -> [device chunk (uint8), next free byte]
+
+    def _device_table(self, shape, dtype, nbytes: int, stream):
+        """A new device array for a table of ``nbytes``: a slice of the stream's current chunk."""
+        cp = cupy()
+        n = -(-nbytes // self.ALIGN) * self.ALIGN
+        if n > self.CHUNK // 4:
+            return cp.empty(shape, dtype)
+        entry = self._chunks.get(stream.ptr)
+        if entry is None or entry[1] + n > self.CHUNK:
+            entry = self._chunks[stream.ptr] = [cp.empty(self.CHUNK, cp.uint8), 0]
+        start = entry[1]
+        entry[1] = start + n
+        return entry[0][start:start + nbytes].view(dtype).reshape(shape)
 
     def _reserve(self, nbytes: int) -> int:
         n = -(-nbytes // self.ALIGN) * self.ALIGN
@@ -363,15 +382,15 @@ class TableArena:
         unless the ring has come round to bytes whose copy is still queued."""
         cp = cupy()
         host = np.ascontiguousarray(host)
-        out = cp.empty(host.shape, host.dtype)
         nbytes = host.nbytes
         if nbytes == 0:
-            return out
+            return cp.empty(host.shape, host.dtype)
         if nbytes > self.size // 8:
             raise ValueError(f"TableArena: a table of {nbytes} bytes is too large for the ring")
         with self._lock:
             if self._buf is None:
                 self._buf = np.frombuffer(cp.cuda.alloc_pinned_memory(self.size), np.uint8, self.size)
+            out = self._device_table(host.shape, host.dtype, nbytes, stream)
             start = self._reserve(nbytes)
             self._buf[start:start + nbytes] = host.reshape(-1).view(np.uint8)
             cp.cuda.runtime.memcpyAsync(out.data.ptr, self._buf.ctypes.data + start, nbytes,
@@ -386,10 +405,17 @@ _module_cache: dict = {}
 _module_lock = threading.Lock()
 
 
+_function_cache: dict = {}
+
+
 def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
     """The kernel ``name`` from ``stoker/kernels/<source>.cu``, compiled by NVRTC once per device."""
     cp = cupy()
-    dev = cp.cuda.Device().id
+    dev = cp.cuda.runtime.getDevice()
+    # (every launch of a GPU stage asks: a dictionary read, without the lock or a Device object)
+    fn = _function_cache.get((source, name, dev, options))
+    if fn is not None:
+        return fn
     key = (source, dev, options)
     with _module_lock:
         mod = _module_cache.get(key)
@@ -398,7 +424,8 @@ def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
                 code = f.read()
             mod = cp.RawModule(code=code, options=options)
             _module_cache[key] = mod
-    return mod.get_function(name)
+        fn = _function_cache[(source, name, dev, options)] = mod.get_function(name)
+    return fn
 
 
 def current_stream(batch=None):

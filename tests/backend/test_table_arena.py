@@ -50,3 +50,23 @@ def test_a_table_larger_than_the_ring_allows_is_refused():
         arena = TableArena(size=4096)
         with pytest.raises(ValueError, match="too large"):
             arena.upload(np.zeros(4096, np.uint8), cp.cuda.Stream())
+
+
+def test_tables_share_device_chunks_per_stream_without_overlapping():
+    with null_device.installed() as cp:
+        from stoker.backend.cuda import TableArena
+
+        arena = TableArena()
+        streams = [cp.cuda.Stream(), cp.cuda.Stream()]
+        rng = np.random.default_rng(1)
+        tables = [rng.integers(0, 1 << 30, (int(rng.integers(1, 3000)),), np.int64) for _ in range(200)]
+        outs = [arena.upload(t, streams[k % 2]) for k, t in enumerate(tables)]
+        for t, o in zip(tables, outs):  # no table was written over by a later one
+            np.testing.assert_array_equal(o.get(), t)
+            assert o.shape == t.shape and o.dtype == t.dtype
+        chunks = [{id(o.data.mem) for o in outs[s::2]} for s in (0, 1)]
+        # ~2.4 MB of tables per stream in 1 MiB chunks: a few allocations, not one per table
+        assert all(2 <= len(c) <= 4 for c in chunks), [len(c) for c in chunks]
+        assert not chunks[0] & chunks[1], "two streams' tables shared a chunk"
+        big = arena.upload(np.zeros((TableArena.CHUNK // 4 + 8) // 8, np.int64), streams[0])
+        assert big.data.mem.nbytes == big.nbytes  # (a large table has its own allocation)
