@@ -39,8 +39,9 @@ def gaussian_kernel(sigma: float, window: int) -> np.ndarray:
 def gaussian_kernels(sigmas, windows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``gaussian_kernel(*kernel_params(s, w))`` for many (sigma, window) pairs at once (windows
     whole numbers >= 0; checked as ``GaussianBlur.kernels`` checks them). Returns ``(taps, lengths,
-    index)``: float32 ``(u, L)`` rows, one per distinct pair, zero-padded to the longest, int64
-    ``(u,)`` their windows, and int64 ``index`` giving each input pair's row.
+    index)``: float32 ``(u, L)`` rows, one per pair, zero-padded to the longest, int64
+    ``(u,)`` their windows, and int64 ``index`` giving each input pair's row (one row when every
+    pair is the same).
 
     Equal to the per-pair function to the bit: the same float64 operations element by element,
     and each row's sum is NumPy's sum over exactly that window's taps (rows of one window are
@@ -53,7 +54,13 @@ def gaussian_kernels(sigmas, windows) -> tuple[np.ndarray, np.ndarray, np.ndarra
     with np.errstate(invalid="ignore", over="ignore"):
         w = np.where(w <= 0, 2.0 * np.ceil(3.0 * s) + 1.0, w)
     s = np.where(s <= 0, ((w - 1.0) / 2.0 - 1.0) * 0.3 + 0.8, s)
-    pairs, index = np.unique(np.stack([s, w], axis=1), axis=0, return_inverse=True)
+    pairs = np.stack([s, w], axis=1)
+    # one row for a batch of one (sigma, window), else a row per pair: np.unique over rows (a sort
+    # of a structured view) cost more than the few thousand exp() it saved with random sigmas
+    if len(pairs) and (pairs == pairs[0]).all():
+        pairs, index = pairs[:1], np.zeros(len(pairs), np.int64)
+    else:
+        index = np.arange(len(pairs), dtype=np.int64)
     sig, lengths = pairs[:, 0], pairs[:, 1].astype(np.int64)
     taps = np.zeros((len(pairs), int(lengths.max()) if len(pairs) else 0), np.float32)
     for length in sorted(set(lengths.tolist())):  # a few distinct windows, whatever the batch size

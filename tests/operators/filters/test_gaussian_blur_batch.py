@@ -44,12 +44,18 @@ def test_gaussian_kernels_equal_the_per_pair_kernels(seed):
     sigmas[(windows == 0) & (sigmas == 0)] = 0.7
     sigmas[rng.random(m) < 0.2] = 0.0  # window only: sigma from the window
     windows[sigmas == 0] = np.maximum(windows[sigmas == 0], 3)
-    sigmas[:3] = sigmas[3]  # repeated pairs share a row
+    sigmas[:3] = sigmas[3]  # repeated pairs
     windows[:3] = windows[3]
     taps, lengths, index = gaussian_kernels(sigmas, windows)
     want = [gaussian_kernel(*kernel_params(float(s), int(w))) for s, w in zip(sigmas, windows)]
     _assert_rows_equal(taps, lengths, index, want)
-    assert len(set(index[:4].tolist())) == 1
+
+
+def test_gaussian_kernels_of_one_pair_make_one_row():
+    """A batch whose samples all blur alike (a constant sigma) computes its kernel once."""
+    taps, lengths, index = gaussian_kernels(np.full(64, 1.5), np.zeros(64))
+    assert taps.shape[0] == 1 and lengths.tolist() == [11] and not index.any()
+    _assert_rows_equal(taps, lengths, index, [gaussian_kernel(*kernel_params(1.5, 0))] * 64)
 
 
 @pytest.mark.filterwarnings("ignore:.*encountered in divide:RuntimeWarning")  # a tiny sigma's 0 / 0, on both
