@@ -2,6 +2,10 @@
 
     python benchmarks/gpu_op_table.py DATA_DIR [--libs stoker,dali] [--ops all|rotate,hsv,...]
         [--pipelines augmented,detection] [--seconds 4] [--threads 16] [--batch 256] [--rounds 1]
+        [--old-tree PATH]
+
+``--old-tree`` adds the library "stoker-old" (give it in ``--libs``): stoker imported from PATH
+(another checkout), to compare two versions of stoker beside DALI in one run.
 
 Operator table: reader -> mixed decode with random crop -> resize 256x256 -> the operator
 (``benchmarks/op_zoo.py``, random arguments as a user writes them) -> crop 224, one pipeline per
@@ -26,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _modules(lib: str):
-    if lib == "stoker":
+    if lib in ("stoker", "stoker-old"):  # (stoker-old: PYTHONPATH puts the other checkout first)
         import stoker.fn as fn
         import stoker.types as types
         from stoker import pipeline_def
@@ -65,7 +69,7 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
 
     fn, types, pipeline_def = _modules(lib)
     timers: collections.Counter = collections.Counter()
-    if lib == "stoker":
+    if lib in ("stoker", "stoker-old"):
         _instrument(timers)
 
     conditional = case.split(":", 1)[-1] in op_zoo.CONDITIONAL
@@ -107,7 +111,9 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
 
 
 def _table(rows: list, batch: int) -> str:
-    libs = sorted({r["lib"] for r in rows}, key=lambda s: s != "stoker")
+    order = ["stoker", "stoker-old", "dali"]
+    libs = sorted({r["lib"] for r in rows}, key=lambda s: order.index(s) if s in order else len(order))
+    versus = [lib for lib in libs if lib != "dali"] if "dali" in libs else []
     by = collections.defaultdict(list)
     mem = {}
     for r in rows:
@@ -116,7 +122,7 @@ def _table(rows: list, batch: int) -> str:
             mem[(r["case"], r["lib"])] = r.get("gpu_mem_mib")
     best = {k: max(v) for k, v in by.items()}
     head = "| case | " + " | ".join(f"{lib} img/s | {lib} added ms | {lib} MiB" for lib in libs)
-    head += " | stoker / dali |" if len(libs) > 1 else " |"
+    head += "".join(f" | {lib} / dali" for lib in versus) + " |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for case in dict.fromkeys(r["case"] for r in rows):
         cells = []
@@ -126,8 +132,9 @@ def _table(rows: list, batch: int) -> str:
                 f"{batch * 1e3 / v - batch * 1e3 / base:+.2f}"
             cells += [f"{v:,}" if v else "error", added, str(mem.get((case, lib), ""))]
         ratio = ""
-        if len(libs) > 1 and best.get((case, libs[0])) and best.get((case, libs[1])):
-            ratio = f" {best[(case, libs[0])] / best[(case, libs[1])]:.2f}x |"
+        for lib in versus:
+            a, b = best.get((case, lib)), best.get((case, "dali"))
+            ratio += f" {a / b:.2f}x |" if a and b else " |"
         lines.append(f"| {case} | " + " | ".join(cells) + " |" + ratio)
     return "\n".join(lines)
 
@@ -145,7 +152,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--old-tree", default=None, help="a checkout of stoker to run as the library 'stoker-old'")
     a = ap.parse_args()
+    old_env = None
+    if a.old_tree:
+        old_env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(a.old_tree),
+                                                               os.environ.get("PYTHONPATH", "")]))
     ops = list(op_zoo.OPS) if a.ops == "all" else [o for o in a.ops.split(",") if o]
     cases = ["baseline", *ops] + [f"pipeline:{p}" for p in a.pipelines.split(",") if p]
     rows = []
@@ -155,7 +167,10 @@ def main() -> None:
                 cmd = [sys.executable, __file__, "--child", lib, a.root, case, str(a.seconds), str(a.threads),
                        str(a.batch)]
                 try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+                    env = old_env if lib == "stoker-old" else None
+                    if lib == "stoker-old" and env is None:
+                        raise SystemExit("--libs names stoker-old: give --old-tree")
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
                     out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
                     row = json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-400:]}
                 except subprocess.TimeoutExpired:
