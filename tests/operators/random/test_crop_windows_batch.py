@@ -9,6 +9,8 @@ from stoker.random_state import SampleRNG, batch_uniforms
 
 @pytest.mark.parametrize("area,aspect,attempts", [
     ((0.08, 1.0), (3 / 4, 4 / 3), 10),
+    ((0.5, 1.0), (0.4, 2.5), 10),    # many windows found at the 2nd-10th attempt (the later stages)
+    ((0.5, 1.0), (0.4, 2.5), 2),
     ((0.5, 0.9), (0.2, 5.0), 3),
     ((0.99, 1.0), (1.0, 1.0), 1),   # few hits: exercises the fallback window
     ((0.3, 0.4), (2.0, 3.0), 0),     # no attempts at all
