@@ -281,7 +281,8 @@ def scope_sample_ids(scope: Scope, it) -> list[int]:
         pred_node = scope.predicate
         pred = it.values[(pred_node.source.id, pred_node.index)]
         if scope.parent is None:
-            parent = range(it.offset, it.offset + len(pred))
+            # (an array: NumPy reads a range one element at a time)
+            parent = np.arange(it.offset, it.offset + len(pred), dtype=np.int64)
         else:
             parent = scope_sample_ids(scope.parent, it)
         labels = branch_labels(pred, scope.cases, scope.what, _SPLIT, pred_node.source.origin)

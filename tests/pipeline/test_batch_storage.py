@@ -102,3 +102,25 @@ def test_a_kernel_is_looked_up_once():
         f2 = cuda.load_kernel("warp_affine", "warp_u8")
         f3 = cuda.load_kernel("warp_affine", "warp_f32")
         assert f1 is f2 and f3 is not f1 and len(made) == 1
+
+
+def _operator(name, **kwargs):
+    from stoker.operators.schema import get_operator
+
+    cls = get_operator(name)
+    args = {a.name: a.convert(cls.schema.name, a.default) for a in cls.schema.all_args()}
+    args.update({k: cls.schema.arg(k).convert(cls.schema.name, v) for k, v in kwargs.items()})
+    return cls(args, "cpu")
+
+
+def test_a_constant_table_indexed_per_sample_makes_no_per_sample_views():
+    """auto_aug's magnitude tables: fn.constant indexed by a random bin, per sample."""
+    from stoker.operators.base import BatchContext
+
+    batch = BatchContext(64)
+    (table,) = _operator("constant", fdata=[0.0, 0.5, 1.0, 1.5]).run_cpu(batch, [], {})
+    assert table._rows is None and table._dense.strides[0] == 0 and len(table) == 64
+    bins = batch_of_rows(np.arange(64, dtype=np.int32) % 4)
+    (picked,) = _operator("_subscript", spec=(("index", "i0"),)).run_batch(batch, [table], {"i0": bins.arg_samples()})
+    assert table._rows is None and bins._rows is None
+    np.testing.assert_array_equal(np.stack(picked.samples()), (np.arange(64) % 4) * 0.5)

@@ -58,10 +58,11 @@ class Constant(Operator):
         self.value = val
 
     def run_cpu(self, batch, inputs, arg_inputs):
-        # one read-only view per sample of one broadcast array (a per-sample conversion cost a
-        # Python call per sample in the CPU stage)
+        # one broadcast array (its per-sample views are made only if asked for: a per-sample
+        # conversion cost a Python call per sample in the CPU stage); Subscript and the argument
+        # readers see the one value through it
         v = self.value
-        return [TensorListCPU(np.broadcast_to(v, (batch.batch_size, *v.shape)), self.args["layout"] or "")]
+        return [batch_of_rows(np.broadcast_to(v, (batch.batch_size, *v.shape)), self.args["layout"] or "")]
 
 
 @register
@@ -265,18 +266,23 @@ class Subscript(Operator):
         auto_aug's magnitude tables are): ``table[indices]`` for the whole batch at once, with no
         stack of N copies of the table. None where this does not apply, or where an index is out of
         range (the per-sample path then names the sample)."""
-        samples = x.samples()
-        n = len(samples)
+        n = len(x)
         spec = self.args["spec"]
         if not n or not arg_inputs or any(item[0] != "index" for item in spec):
             return None
-        table = samples[0]
-        # A constant's samples are views of its one value, each over all of it with one shape and
-        # strides: then they are the same data.
-        base = table.base
-        shared = all(s is table for s in samples) or (
-            isinstance(base, np.ndarray) and table.size == base.size
-            and all(s.base is base and s.shape == table.shape and s.strides == table.strides for s in samples))
+        dense = getattr(x, "_dense", None)
+        if dense is not None and dense.strides[0] == 0:  # a constant's batch: one value broadcast
+            table, shared = dense[0], True
+        else:
+            samples = x.samples()
+            table = samples[0]
+            # Samples that are views of one array, each over all of it with one shape and strides,
+            # are the same data.
+            base = table.base
+            shared = all(s is table for s in samples) or (
+                isinstance(base, np.ndarray) and table.size == base.size
+                and all(s.base is base and s.shape == table.shape and s.strides == table.strides
+                        for s in samples))
         if len(spec) > table.ndim or not shared:
             return None
         key = []
