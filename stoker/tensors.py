@@ -8,7 +8,6 @@ run: stoker never recycles the memory behind an output the user holds.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -145,44 +144,74 @@ class TensorListCPU(SampleList):
     # and a consumer that reads the whole column (arg_samples, transfer) never needs them.
     _dense: np.ndarray | None = None
     _rows: list | None = None
+    # A ragged batch that arrived as one buffer (from a helper process) keeps it the same way:
+    # (1-D values, element offsets (N,), shapes (N, ndim)), see flat_parts.
+    _flat: tuple | None = None
 
     @property
     def _samples(self) -> list:
         rows = self._rows
         if rows is None:
-            dense = self._dense
-            rows = self._rows = [] if dense is None else [dense[i, ...] for i in range(len(dense))]
+            if self._dense is not None:
+                dense = self._dense
+                rows = [dense[i, ...] for i in range(len(dense))]
+            elif self._flat is not None:
+                buf, offsets, shapes = self._flat
+                sizes = np.prod(shapes, axis=1).tolist()
+                rows = [buf[o:o + k].reshape(sh) for o, k, sh in zip(offsets.tolist(), sizes, shapes.tolist())]
+            else:
+                rows = []
+            self._rows = rows
         return rows
 
     @_samples.setter
     def _samples(self, value: list) -> None:
         self._rows = value
-        self._dense = None  # (replaced samples: the array no longer describes them)
+        self._dense = self._flat = None  # (replaced samples: the arrays no longer describe them)
 
     def __len__(self) -> int:
-        if self._rows is None and self._dense is not None:
-            return len(self._dense)
+        if self._rows is None:
+            if self._dense is not None:
+                return len(self._dense)
+            if self._flat is not None:
+                return len(self._flat[1])
         return len(self._samples)
 
     def is_dense_tensor(self) -> bool:
-        return self._dense is not None or super().is_dense_tensor()
+        if self._dense is not None:
+            return True
+        if self._rows is None and self._flat is not None:
+            shapes = self._flat[2]
+            return bool(len(shapes) <= 1 or (shapes == shapes[0]).all())
+        return super().is_dense_tensor()
 
     def shape(self) -> list[tuple[int, ...]]:
         if self._rows is None and self._dense is not None:
             return [tuple(self._dense.shape[1:])] * len(self._dense)
+        if self._rows is None and self._flat is not None:
+            return [tuple(s) for s in self._flat[2].tolist()]
         return super().shape()
 
     @property
     def dtype(self) -> types.DALIDataType:
-        if self._dense is not None and len(self._dense):
-            return types.to_dali_type(self._dense.dtype)
+        base = self._dense if self._dense is not None else self._flat[0] if self._flat is not None else None
+        if base is not None and len(self):
+            return types.to_dali_type(base.dtype)
         return super().dtype
 
     @property
     def ndim(self) -> int:
         if self._dense is not None and len(self._dense):
             return self._dense.ndim - 1
+        if self._flat is not None and len(self):
+            return self._flat[2].shape[1]
         return super().ndim
+
+    def flat_parts(self):
+        """``(values, offsets, shapes)`` where the batch is held as one buffer and its per-sample
+        views were not made: sample ``i`` is ``values[offsets[i]:][:prod(shapes[i])]`` in
+        ``shapes[i]``; else None. Operators that compute the whole batch read it here."""
+        return self._flat if self._rows is None else None
 
     def arg_samples(self):
         """The samples as an operator's per-sample argument input sees them: a sequence of
@@ -222,9 +251,20 @@ class TensorListCPU(SampleList):
         dense = self._dense
         if isinstance(dense, np.ndarray):
             return _rebuild_dense, (dense, self._layout, self._source_info)
+        flat = self.flat_parts()
+        if flat is not None:
+            buf, offsets, shapes = flat
+            sizes = np.prod(shapes, axis=1)
+            if len(offsets) and (offsets[0] != 0 or (np.diff(offsets) != sizes[:-1]).any()):
+                buf = np.concatenate(self._samples, axis=None)  # (gaps between the samples)
+            return _rebuild_flat, (buf, shapes, self._layout, self._source_info)
         samples = self._samples
-        flat = np.concatenate([s.reshape(-1) for s in samples]) if samples else np.empty(0)
-        return _rebuild_flat, (flat, [s.shape for s in samples], self._layout, self._source_info)
+        # (axis=None flattens each sample in C: no Python call per sample)
+        if not samples:
+            return _rebuild_flat, (np.empty(0), np.zeros((0, 0), np.int64), self._layout, self._source_info)
+        values = np.concatenate(samples, axis=None)
+        shapes = np.array([s.shape for s in samples], np.int64).reshape(len(samples), samples[0].ndim)
+        return _rebuild_flat, (values, shapes, self._layout, self._source_info)
 
     # --- DALI API -------------------------------------------------------
     def __getitem__(self, i: int) -> TensorCPU:
@@ -317,6 +357,59 @@ def batch_of_arrays(samples: list, layout: str = "", source_info=None) -> Tensor
     return out
 
 
+def batch_of_segments(values: np.ndarray, counts, layout: str = "", source_info=None) -> TensorListCPU:
+    """A ``TensorListCPU`` whose sample ``i`` is the next ``counts[i]`` rows of ``values`` (boxes,
+    labels: ``(k_i, ...)`` samples), kept as the one array (:meth:`TensorListCPU.flat_parts`):
+    no per-sample array is made unless asked for, and a helper process sends it as it is."""
+    counts = np.asarray(counts, np.int64).reshape(-1)
+    row = values.shape[1:]
+    per = int(np.prod(row, dtype=np.int64))
+    shapes = np.empty((counts.size, 1 + len(row)), np.int64)
+    shapes[:, 0], shapes[:, 1:] = counts, row
+    offsets = np.zeros(counts.size, np.int64)
+    np.cumsum(counts[:-1] * per, out=offsets[1:])
+    out = TensorListCPU.__new__(TensorListCPU)
+    out._flat = (np.ascontiguousarray(values).reshape(-1), offsets, shapes)
+    out._layout = layout or ""
+    out._source_info = list(source_info) if source_info is not None else [""] * counts.size
+    return out
+
+
+def segments_of(t: TensorListCPU, row_shape: tuple | None = None):
+    """``(values (total, *row), counts (N,))`` of a batch of ``(k_i, *row)`` samples (``row_shape``
+    given, or the same in every sample), read in one step where the batch is one buffer
+    (:func:`batch_of_segments`, a helper's result) or dense; else from its samples. None where the
+    samples are not of that form."""
+    flat = t.flat_parts() if isinstance(t, TensorListCPU) else None
+    if flat is not None:
+        buf, offsets, shapes = flat
+        if shapes.ndim != 2 or shapes.shape[1] < 1 or (len(shapes) and (shapes[:, 1:] != shapes[0, 1:]).any()):
+            return None
+        row = tuple(shapes[0, 1:].tolist()) if len(shapes) else tuple(row_shape or ())
+        if row_shape is not None and row != tuple(row_shape):
+            return None
+        per = int(np.prod(row, dtype=np.int64))
+        counts = shapes[:, 0]
+        if len(offsets) and (offsets[0] != 0 or (np.diff(offsets) != counts[:-1] * per).any()):
+            return None  # (gaps between the samples)
+        return buf[:int(counts.sum()) * per].reshape(-1, *row), counts.copy()
+    dense = t._dense if isinstance(t, TensorListCPU) and t._rows is None else None
+    if dense is not None and dense.ndim >= 2 and (row_shape is None or dense.shape[2:] == tuple(row_shape)):
+        return dense.reshape(-1, *dense.shape[2:]), np.full(len(dense), dense.shape[1], np.int64)
+    samples = t.samples()
+    if not samples:
+        return None
+    try:  # (all the shapes in one array: ragged numbers of dimensions raise)
+        shapes = np.array([s.shape for s in samples], np.int64)
+    except ValueError:
+        return None
+    if shapes.ndim != 2 or shapes.shape[1] < 1 or (shapes[:, 1:] != shapes[0, 1:]).any():
+        return None
+    if row_shape is not None and tuple(shapes[0, 1:].tolist()) != tuple(row_shape):
+        return None
+    return np.concatenate(samples), shapes[:, 0].copy()
+
+
 # Largest sample (elements) that operators stack into one array to compute a batch at once.
 SMALL_SAMPLE = 64
 
@@ -345,13 +438,15 @@ def _rebuild_dense(values: np.ndarray, layout: str, source_info) -> TensorListCP
     return batch_of_rows(values, layout, source_info)
 
 
-def _rebuild_flat(flat: np.ndarray, shapes: list, layout: str, source_info) -> TensorListCPU:
+def _rebuild_flat(flat: np.ndarray, shapes: np.ndarray, layout: str, source_info) -> TensorListCPU:
+    """A batch of samples stored back to back in ``flat`` (``shapes``: (N, ndim)), kept that way
+    (its per-sample views are made when asked for)."""
     out = TensorListCPU.__new__(TensorListCPU)
-    out._samples, end = [], 0
-    for sh in shapes:
-        size = math.prod(sh)
-        out._samples.append(flat[end:end + size].reshape(sh))
-        end += size
+    shapes = np.asarray(shapes, np.int64).reshape(len(shapes), -1) if len(shapes) else np.zeros((0, 0), np.int64)
+    sizes = np.prod(shapes, axis=1)
+    offsets = np.zeros(len(shapes), np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    out._flat = (flat, offsets, shapes)
     out._layout = layout
     out._source_info = list(source_info)
     return out

@@ -124,3 +124,47 @@ def test_a_constant_table_indexed_per_sample_makes_no_per_sample_views():
     (picked,) = _operator("_subscript", spec=(("index", "i0"),)).run_batch(batch, [table], {"i0": bins.arg_samples()})
     assert table._rows is None and bins._rows is None
     np.testing.assert_array_equal(np.stack(picked.samples()), (np.arange(64) % 4) * 0.5)
+
+
+def test_segments_round_trip_and_stay_one_buffer():
+    from stoker.tensors import batch_of_segments, segments_of
+
+    counts = [2, 0, 3, 1]
+    values = np.arange(24, dtype=np.float32).reshape(6, 4)
+    b = batch_of_segments(values, counts, "", list("abcd"))
+    assert len(b) == 4 and b.shape() == [(2, 4), (0, 4), (3, 4), (1, 4)] and b.ndim == 2 and not b.is_dense_tensor()
+    got, got_counts = segments_of(b, (4,))
+    assert got_counts.tolist() == counts and np.shares_memory(got, values)
+    assert segments_of(b, (6,)) is None
+    assert b._rows is None  # (read without per-sample views)
+    back = pickle.loads(pickle.dumps(b))
+    assert back.flat_parts() is not None and back.source_info(2) == "c"
+    for s, want in zip(back.samples(), np.split(values, np.cumsum(counts)[:-1])):
+        np.testing.assert_array_equal(s, want)
+    listed = TensorListCPU([values[:2], values[2:5]])  # from samples: the same answer
+    v, c = segments_of(listed)
+    np.testing.assert_array_equal(v, values[:5])
+    assert c.tolist() == [2, 3]
+    assert segments_of(TensorListCPU([np.zeros(3), np.zeros((1, 2))[0]])) is not None  # (k,) samples
+    assert segments_of(TensorListCPU([np.zeros((2, 4)), np.zeros((2, 6))])) is None
+
+
+def test_detection_operators_hand_boxes_on_as_one_buffer():
+    from stoker.operators.base import BatchContext
+
+    rng = np.random.default_rng(3)
+    boxes = []
+    for k in rng.integers(1, 6, 32):
+        lo = rng.uniform(0, 0.6, (k, 2))
+        boxes.append(np.concatenate([lo, lo + rng.uniform(0.05, 0.4, (k, 2))], 1).astype(np.float32))
+    labels = [np.arange(len(b), dtype=np.int32)[:, None] for b in boxes]
+    batch = BatchContext(32, 1)
+    crop = _operator("random_bbox_crop", thresholds=[0.0, 0.3], scaling=[0.3, 1.0], bbox_layout="xyXY",
+                     _num_inputs=2)
+    crop.op_seed = 5
+    _, _, out_boxes, out_labels = crop.run_cpu(batch, [TensorListCPU(boxes), TensorListCPU(labels)], {})
+    assert out_boxes.flat_parts() is not None and out_labels.flat_parts() is not None
+    flipped = _operator("bb_flip", ltrb=True).run_cpu(batch, [out_boxes], {"horizontal": np.ones(32)})[0]
+    assert out_boxes._rows is None and flipped.flat_parts() is not None
+    for a, b in zip(flipped.samples(), out_boxes.samples()):
+        np.testing.assert_allclose(a[:, [0, 2]], 1 - b[:, [2, 0]], atol=1e-6)

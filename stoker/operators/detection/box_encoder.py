@@ -14,7 +14,7 @@ import numpy as np
 from stoker.errors import arg_error
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
-from stoker.tensors import batch_of_rows
+from stoker.tensors import batch_of_rows, segments_of
 
 _OP = "box_encoder"
 # The batch path's IoU is computed in pieces of about this many (anchor, box) pairs (that stay in
@@ -150,21 +150,31 @@ class BoxEncoder(Operator):
         # (run_sample costs ~0.12 ms of Python per sample; the GIL keeps threads from helping)
         if len(inputs) != 2:
             return None
-        samples, labels = inputs[0].samples(), inputs[1].samples()
-        n, m = len(samples), self.anchors.shape[0]
-        if not n or len(labels) != n or labels[0].ndim == 0:
+        n, m = len(inputs[0]), self.anchors.shape[0]
+        if not n or len(inputs[1]) != n:
             return None
-        counts = _batch_counts(samples, labels)
-        if counts is None:
-            return None
-        if counts.size == n:  # every sample (N, 4)
-            boxes = np.concatenate(samples).astype(np.float32, copy=False)
+        # (N_i, 4) boxes and (N_i, ...) labels in one array each, in one step where the batches are
+        # one buffer (random_bbox_crop's and bb_flip's outputs)
+        box_seg, label_seg = segments_of(inputs[0], (4,)), segments_of(inputs[1])
+        if box_seg is not None and label_seg is not None and (box_seg[1] == label_seg[1]).all():
+            (boxes, counts), flat_labels = box_seg, label_seg[0]
+            label_row = flat_labels.shape[1:]
         else:
-            counts = counts[:n]
-            boxes = np.concatenate([b.reshape(-1, 4) for b in samples]).astype(np.float32, copy=False)
+            samples, labels = inputs[0].samples(), inputs[1].samples()
+            if labels[0].ndim == 0:
+                return None
+            counts = _batch_counts(samples, labels)
+            if counts is None:
+                return None
+            if counts.size == n:  # every sample (N, 4)
+                boxes = np.concatenate(samples)
+            else:
+                counts = counts[:n]
+                boxes = np.concatenate([b.reshape(-1, 4) for b in samples])
+            flat_labels, label_row = np.concatenate(labels), labels[0].shape[1:]
+        boxes = boxes.astype(np.float32, copy=False)
         if not np.isfinite(boxes).all():
             return None
-        flat_labels = np.concatenate(labels)
         starts = np.cumsum(counts) - counts
         if boxes.shape[0]:
             match = self._match(boxes, counts, starts)
@@ -174,7 +184,7 @@ class BoxEncoder(Operator):
         si, ai = np.divmod(at, m)
         src = starts[si] + match.reshape(-1)[at]  # the matched boxes, in the flat arrays
         ai = m - 1 - ai  # (match has the anchors in reverse order)
-        out_labels = np.zeros((n, m, *labels[0].shape[1:]), flat_labels.dtype)
+        out_labels = np.zeros((n, m, *label_row), flat_labels.dtype)
         out_labels[si, ai] = flat_labels[src]
         if not self.args["offset"]:
             out = np.empty((n, m, 4), np.float32)

@@ -22,7 +22,7 @@ from stoker.operators.base import Operator, SampleContext
 from stoker.operators.detection._bbox_crop_search import SAFETY_LIMIT, BatchSearch
 from stoker.operators.schema import Arg, Schema, register
 from stoker.random_state import batch_keys
-from stoker.tensors import batch_of_arrays, batch_of_rows
+from stoker.tensors import TensorListCPU, batch_of_arrays, batch_of_rows, batch_of_segments, segments_of
 
 _OP = "random_bbox_crop"
 
@@ -269,18 +269,18 @@ class RandomBBoxCrop(Operator):
         # (run_sample costs ~0.7 ms of Python per sample, most of an SSD pipeline's CPU stage, and
         # the GIL keeps threads from helping; this takes a few NumPy steps per round of attempts)
         n = len(inputs[0])
-        samples = inputs[0].samples()
-        try:  # (all the shapes in one array: ragged numbers of dimensions raise)
-            shapes = np.array([b.shape for b in samples], np.int64)
-        except ValueError:
-            return None
-        if shapes.shape == (n, 2) and shapes[0, 1] in (4, 6) and (shapes[:, 1] == shapes[0, 1]).all():
-            flat = np.concatenate(samples).astype(np.float32, copy=False)
-            counts = shapes[:, 0]
-        elif shapes.shape == (n, 1) and not shapes.any():  # empty 1D arrays: no boxes
-            flat, counts = np.zeros((0, 4), np.float32), np.zeros(n, np.int64)
+        seg = segments_of(inputs[0])  # (N_i, 4 or 6) samples: in one array, in one step where it is one
+        if seg is not None and seg[0].ndim == 2 and seg[0].shape[1] in (4, 6):
+            flat, counts = seg[0].astype(np.float32, copy=False), seg[1]
         else:
-            return None
+            try:  # (all the shapes in one array: ragged numbers of dimensions raise)
+                shapes = np.array([b.shape for b in inputs[0].samples()], np.int64)
+            except ValueError:
+                return None
+            if shapes.shape == (n, 1) and not shapes.any():  # empty 1D arrays: no boxes
+                flat, counts = np.zeros((0, 4), np.float32), np.zeros(n, np.int64)
+            else:
+                return None
         ncoord = flat.shape[1]
         nd = ncoord // 2
         s_idx, e_idx, is_size = self._layout(nd)
@@ -290,10 +290,14 @@ class RandomBBoxCrop(Operator):
             return None
         labels = None
         if len(inputs) > 1:
-            labs = inputs[1].samples()
-            if len(labs) != n or not np.array_equal([lab.shape[0] if lab.ndim else -1 for lab in labs], counts):
-                return None
-            labels = np.concatenate(labs)
+            lseg = segments_of(inputs[1]) if len(inputs[1]) == n else None
+            if lseg is not None and np.array_equal(lseg[1], counts):
+                labels = lseg[0]
+            else:
+                labs = inputs[1].samples()
+                if len(labs) != n or not np.array_equal([lab.shape[0] if lab.ndim else -1 for lab in labs], counts):
+                    return None
+                labels = np.concatenate(labs)
         in_shape, crop_shape = self._batch_shape_args(arg_inputs, n, nd)
         real = np.arange(int(counts.max(initial=0)))[None, :] < counts[:, None]  # (n, most boxes)
         lo_p = np.zeros((nd, *real.shape))  # padded, per dimension
@@ -306,11 +310,13 @@ class RandomBBoxCrop(Operator):
         sid = np.repeat(np.arange(n), counts)
         kf = keep[real]
         out = self._map_boxes(lo[kf], hi[kf], anchor[sid[kf]], shape[sid[kf]], ncoord, s_idx, e_idx, is_size)
-        ends = np.cumsum(keep.sum(1)).tolist()
+        kept_counts = keep.sum(1)
+        sources = list(batch.sources[:n]) + [""] * (n - len(batch.sources)) if batch.sources else None
+        ends = np.cumsum(kept_counts).tolist()
         cuts = list(zip([0] + ends[:-1], ends))
 
-        def split(x):
-            return [x[a:b] for a, b in cuts]
+        def split(x):  # (one array of segments, unless some samples' results come from run_sample)
+            return batch_of_segments(x, kept_counts, "", sources) if not todo else [x[a:b] for a, b in cuts]
         res = [None, None, split(out)]
         if labels is not None:
             res.append(split(labels[kf]))
@@ -327,10 +333,9 @@ class RandomBBoxCrop(Operator):
             res[0][i], res[1][i] = one[0], one[1]
             for k in range(2, len(res)):
                 res[k][i] = one[k]
-        sources = list(batch.sources[:n]) + [""] * (n - len(batch.sources)) if batch.sources else None
         # (the box, label and index samples: slices of one array each, or run_sample's of the same kinds)
         return [batch_of_rows(res[0], "", sources), batch_of_rows(res[1], "", sources)] + \
-            [batch_of_arrays(x, "", sources) for x in res[2:]]
+            [x if isinstance(x, TensorListCPU) else batch_of_arrays(x, "", sources) for x in res[2:]]
 
     def _batch_shape_args(self, arg_inputs, n, nd):
         """(input_shape, crop_shape), each (n, nd) in x, y(, z) order or None; raises where the
