@@ -161,7 +161,7 @@ def dtype_from_arg(value) -> np.dtype:
     return np.dtype(value)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SampleInfo:
     """Where a per-sample ``external_source`` callback is in the data stream.
 
@@ -169,6 +169,9 @@ class SampleInfo:
     ``idx_in_batch`` within the current batch, ``iteration`` counts batches in
     the epoch and ``epoch_idx`` counts epochs.
     """
+
+    # (slots, not frozen: one is made per sample and call, and a frozen dataclass's __init__ took
+    # four times as long; DALI's SampleInfo is a plain object too)
 
     idx_in_epoch: int
     idx_in_batch: int
