@@ -9,6 +9,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from oracle import pipeline, submodule  # noqa: E402
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax)")
 
@@ -77,15 +78,10 @@ def test_arrays_are_the_pipeline_outputs(seven_files):
 @pytest.mark.parametrize("policy", ["FILL", "DROP"])
 @pytest.mark.parametrize("pad", [False, True])
 def test_matches_dali_jax_plugin(seven_files, policy, pad):
-    dali = pytest.importorskip("nvidia.dali")
-    dali_jax = pytest.importorskip("nvidia.dali.plugin.jax")
-
-    @dali.pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=3)
-    def dali_pipe():
-        data, label = dali.fn.readers.file(file_root=seven_files, pad_last_batch=pad, name="Reader")
-        return data, label
-
-    theirs = dali_jax.DALIGenericIterator([dali_pipe()], ["data", "label"], reader_name="Reader",
+    dali_jax = submodule("dali", "plugin.jax")
+    dali_pipe = pipeline("dali", lambda fn, types: fn.readers.file(file_root=seven_files, pad_last_batch=pad,
+                                                                   name="Reader"), 2, build=False)
+    theirs = dali_jax.DALIGenericIterator([dali_pipe], ["data", "label"], reader_name="Reader",
                                           last_batch_policy=dali_jax.iterator.LastBatchPolicy[policy])
     ours = DALIGenericIterator([_pipe(seven_files, pad)], ["data", "label"], reader_name="Reader",
                                last_batch_policy=LastBatchPolicy[policy])

@@ -7,6 +7,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+from oracle import libs, pipeline, run_pipeline, submodule
 
 from stoker import pipeline_def, types
 from stoker.errors import ArgumentError, OperatorError
@@ -72,17 +73,15 @@ def _graphs(lib_fn, numba_function):
     return {"transposed": transposed, "two_in_two_out": two_in_two_out, "batched": batched}
 
 
-def _run(pipeline_def_, graph):
-    pipe = pipeline_def_(graph, batch_size=3, num_threads=2, device_id=None)()
-    pipe.build()
-    outs = pipe.run()
-    return [[np.asarray(o.at(i)) for i in range(len(o))] for o in outs]
+def _run(lib, graph):
+    """One run of ``graph`` (written for ``lib``'s fn) as a pipeline of ``lib``: per output, its samples."""
+    return run_pipeline(pipeline(lib, lambda fn, types: graph(), 3, num_threads=2))[0]
 
 
 def _stoker_results():
     from stoker import fn
 
-    return {k: _run(pipeline_def, g) for k, g in _graphs(fn, numba_plugin.numba_function).items()}
+    return {k: _run("stoker", g) for k, g in _graphs(fn, numba_plugin.numba_function).items()}
 
 
 EXPECTED = {
@@ -103,12 +102,11 @@ def test_results_match_numpy():
 
 @pytest.mark.skipif(not (HAS_NUMBA and HAS_DALI), reason="needs numba and DALI")
 def test_matches_dali_numba_function():
-    from nvidia.dali import fn as dfn
-    from nvidia.dali import pipeline_def as dali_pipeline_def
-    from nvidia.dali.plugin.numba.fn.experimental import numba_function as dali_numba_function
+    dfn = libs("dali")[0]
+    dali_numba_function = submodule("dali", "plugin.numba.fn.experimental").numba_function
 
     ours = _stoker_results()
-    theirs = {k: _run(dali_pipeline_def, g) for k, g in _graphs(dfn, dali_numba_function).items()}
+    theirs = {k: _run("dali", g) for k, g in _graphs(dfn, dali_numba_function).items()}
     for name in EXPECTED:
         for a_out, b_out in zip(ours[name], theirs[name], strict=True):
             for a, b in zip(a_out, b_out, strict=True):
@@ -142,7 +140,7 @@ def test_dali_import_paths_and_namespaces():
 
         return op(sfn.external_source(source=_samples, batch=True))
 
-    (out,) = _run(pipeline_def, graph)
+    (out,) = _run("stoker", graph)
     np.testing.assert_array_equal(out[1], _samples()[1].T * 2)
     eager = ndd.experimental.numba_function(_samples()[0], run_fn=transpose_times_two, setup_fn=swap_hw,
                                             out_types=[types.UINT8], in_types=[types.UINT8], outs_ndim=[2],

@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from oracle import pipeline, submodule  # noqa: E402
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install tensorflow-cpu)")
 
@@ -400,16 +401,10 @@ def test_same_batches_as_dalis_tf_plugin(seven_files):
     # DALI's plugin is a compiled op (package nvidia-dali-tf-plugin, built against the installed
     # TensorFlow at install time): skipped where it is not installed.
     pytest.importorskip("nvidia.dali_tf_plugin", reason="DALI's TF plugin (nvidia-dali-tf-plugin) is not installed")
-    import nvidia.dali.fn as dfn
-    import nvidia.dali.plugin.tf as dtf
-    from nvidia.dali import pipeline_def as dali_pipeline_def
-
-    @dali_pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=3)
-    def dali_pipe():
-        data, label = dfn.readers.file(file_root=seven_files, name="Reader")
-        return data, label
-
-    theirs = dtf.DALIDataset(dali_pipe(), batch_size=2, device_id=None, output_dtypes=(tf.uint8, tf.int32))
+    dtf = submodule("dali", "plugin.tf")
+    dali_pipe = pipeline("dali", lambda fn, types: fn.readers.file(file_root=seven_files, name="Reader"), 2,
+                         build=False)
+    theirs = dtf.DALIDataset(dali_pipe, batch_size=2, device_id=None, output_dtypes=(tf.uint8, tf.int32))
     ours = dali_tf.DALIDataset(_reader_pipe(seven_files), batch_size=2, device_id=None,
                                output_dtypes=(tf.uint8, tf.int32))
     for (td, tl), (od, ol) in zip(theirs.take(5), ours.take(5)):
