@@ -279,8 +279,23 @@ def _plain_copies(args) -> None:
             ctypes.memmove(row[1], row[0], row[2] * size)
 
 
+def _preemphasis(args) -> None:
+    """``preemphasis_f32`` (stoker/kernels/preemphasis.cu) in float32 NumPy steps; the kernel source
+    itself is run on the host by tests/operators/audio/test_preemphasis_kernel.py."""
+    x, y, table, coef, border = (np.asarray(a) for a in args)
+    for (off, size), c in zip(table.reshape(-1, 2).tolist(), coef.tolist()):
+        if size == 0:
+            continue
+        c = np.float32(c)
+        xs = x[off:off + size]
+        first = [np.float32(0), xs[0], xs[1] if size > 1 else xs[0]][int(border)]
+        y[off] = xs[0] - c * first
+        y[off + 1:off + size] = xs[1:] - c * xs[:-1]
+
+
 # Kernels the null device runs (in NumPy) instead of skipping, so tests can check their results.
 EMULATED = {f"window_copy_{k}": _plain_copies for k in (1, 2, 4, 8)}
+EMULATED["preemphasis_f32"] = _preemphasis
 
 
 class _Kernel:
