@@ -41,18 +41,21 @@ _log = logging.getLogger("stoker")
 # --- the worker process ------------------------------------------------------------------------
 
 
-def _run_chain(chain: list, links: list, x, member_args: list, contexts: list, reduced=None):
+def _run_chain(chain: list, links: list, x, member_args: list, contexts: list, reduced=None, padded=None):
     from stoker.operators.base import SampleContext
-    from stoker.pipeline import reduced_decode
+    from stoker.pipeline import padded_decode, reduced_decode
 
-    out, start = None, 0
+    out, start, pair = None, 0, None
     if reduced is not None:  # fast mode: the decoder and the resize as one step (or None: as usual)
         pair = reduced_decode.run_pair(reduced, chain[0], chain[1], x[0], member_args[0],
                                        SampleContext(*contexts[0]), member_args[1])
-        if pair is not None:
-            out, start = (pair[1],), 2
-            if len(links) > 1:
-                x = (out[links[1]],)
+    elif padded is not None:  # the same, exact (stoker.pipeline.padded_decode)
+        pair = padded_decode.run_pair(padded, chain[0], chain[1], x[0], member_args[0],
+                                      SampleContext(*contexts[0]), member_args[1])
+    if pair is not None:
+        out, start = (pair[1],), 2
+        if len(links) > 1:
+            x = (out[links[1]],)
     for j, inst in enumerate(chain[start:], start):
         sctx = SampleContext(*contexts[j])
         out = inst.run_sample(x, member_args[j], sctx)
@@ -103,13 +106,13 @@ def _serve_batches(sock: socket.socket) -> None:
             continue
         cid, key, jobs, freed = payload
         slots.release(freed)
-        chain, links, reduced = chains[cid]
+        chain, links, reduced, padded = chains[cid]
         view = inputs[key]
         outs, failed = [], False
         for off, nbytes, shape, dtype, member_args, contexts in jobs:
             x = (view[off:off + nbytes].view(np.dtype(dtype)).reshape(shape),)
             try:
-                out = np.ascontiguousarray(_run_chain(chain, links, x, member_args, contexts, reduced))
+                out = np.ascontiguousarray(_run_chain(chain, links, x, member_args, contexts, reduced, padded))
             except Exception:  # noqa: BLE001 - the pipeline recomputes the batch and reports it
                 failed = True
                 break
@@ -198,7 +201,8 @@ class ChainWorkers:
             if eligible(step, graph):
                 try:
                     blob = pickle.dumps(([m[0] for m in members],
-                                         [node.inputs[0].index for node in step.chain[1:]], step.reduced))
+                                         [node.inputs[0].index for node in step.chain[1:]], step.reduced,
+                                         step.padded))
                 except Exception:  # noqa: BLE001 - an operator that does not pickle stays in process
                     blob = None
             if blob is not None:

@@ -45,6 +45,12 @@ With the setting ``reduced_size_decode`` (fast mode, off by default), a chain th
 decoder read only by a resize runs those two as one step that decodes JPEGs at a reduced size
 (:mod:`stoker.pipeline.reduced_decode`); the decoder's value is then not kept. A sample failure in
 either of them drops the sample from both, keeping the fast results of the others.
+
+Without fast mode, such a chain runs those two as one exact step instead
+(:mod:`stoker.pipeline.padded_decode`): libjpeg-turbo decodes into the buffer the resize's Pillow
+path reads, saving a copy of every decoded image; same pixels, the decoder's value is a view of that
+buffer. A sample it does not take, or that fails, runs both members the usual way, so failures are
+those of the usual path.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from dataclasses import dataclass, field
 from stoker import settings
 from stoker.errors import OperatorBugError, OperatorError, detached
 from stoker.operators.base import SAMPLE_ERRORS, BatchContext, Operator, SampleContext
-from stoker.pipeline import reduced_decode
+from stoker.pipeline import padded_decode, reduced_decode
 from stoker.tensors import TensorListCPU
 
 
@@ -74,6 +80,7 @@ class FusedStep:
     deferred: list = field(default_factory=list)  # run after the chain
     unread: list | None = None  # intermediate value keys nobody else reads (chain_processes)
     reduced: reduced_decode.ReducedDecode | None = None  # fast mode for chain[0:2] (reduced_decode)
+    padded: padded_decode.PaddedDecode | None = None  # otherwise chain[0:2] as one exact step (padded_decode)
 
     def __repr__(self) -> str:
         return "Fused(" + " -> ".join(n.op_name for n in self.chain) + ")"
@@ -122,6 +129,8 @@ def plan(graph) -> list:
             pos += 1
         else:
             step.reduced = reduced_decode.plan_for(step.chain, graph)
+            if step.reduced is None:
+                step.padded = padded_decode.plan_for(step.chain, graph)
             steps.append(step)
             pos += len(step.segment)
     return steps
@@ -234,6 +243,8 @@ def _compute(step: FusedStep, inputs: list, n: int, members: list, pool):
                 pair = None
                 if j == 0 and step.reduced is not None:
                     pair = _reduced_pair(step.reduced, members, x, args, sctx, i)
+                elif j == 0 and step.padded is not None:
+                    pair = _padded_pair(step.padded, members, x, args, sctx, i)
                 if pair is not None:
                     fast = True
                     results[0][i] = (pair[0],)
@@ -289,6 +300,17 @@ def _reduced_pair(plan, members: list, x: tuple, dec_args: dict, dec_ctx: Sample
     try:
         return reduced_decode.run_pair(plan, members[0][0], rsz, x[0], dec_args, dec_ctx,
                                        rsz.sample_args(rsz_arg_inputs, i))
+    except SAMPLE_ERRORS:
+        return None
+
+
+def _padded_pair(plan, members: list, x: tuple, dec_args: dict, dec_ctx: SampleContext, i: int):
+    """The decoder's and the resize's outputs of sample ``i`` in one step (padded_decode: exact), or
+    None where the usual path computes them (a sample error here is left to it too, to report)."""
+    rsz, _, rsz_arg_inputs, _ = members[1]
+    try:
+        return padded_decode.run_pair(plan, members[0][0], rsz, x[0], dec_args, dec_ctx,
+                                      rsz.sample_args(rsz_arg_inputs, i))
     except SAMPLE_ERRORS:
         return None
 

@@ -111,7 +111,7 @@ def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_a
     wy, wx, wh, ww = (int(v) for v in win)
     if wh < 1 or ww < 1 or wy < 0 or wx < 0 or wy + wh > H or wx + ww > W:
         return None
-    rplan = _resize_plan(rsz, rsz_args, (wh, ww))
+    rplan = resize_plan_for(rsz, rsz_args, (wh, ww))
     if rplan is None:
         return None
     out_h, out_w = rplan.out_size
@@ -149,7 +149,7 @@ def _eighths(src_h: float, src_w: float, out_h: int, out_w: int) -> int | None:
     return None
 
 
-def _resize_plan(rsz, args: dict, in_size: tuple[int, int]):
+def resize_plan_for(rsz, args: dict, in_size: tuple[int, int]):
     """The resize's plan for an input of ``in_size`` (as Resize.run_sample computes it), or None
     where the exact path must run: a size argument it refuses, or an output over its pixel limit
     (the exact path raises the error that names them)."""

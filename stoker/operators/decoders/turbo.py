@@ -54,14 +54,15 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "decode_window", "decode_full", "decode_scaled", "entropy_problem", "JPEGDataError"]
+__all__ = ["available", "decode_window", "decode_full", "decode_padded", "decode_scaled", "entropy_problem",
+           "JPEGDataError"]
 
 _TJINIT_DECOMPRESS = 1
 _TJPARAM_STOPONWARNING, _TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 0, 4, 5, 6
 _TJPARAM_PROGRESSIVE, _TJPARAM_SCANLIMIT, _TJPARAM_COLORSPACE = 12, 13, 8
 _TJCS_CMYK, _TJCS_YCCK = 3, 4
 _TJERR_WARNING = 0
-_TJPF_RGB, _TJPF_BGR, _TJPF_GRAY, _TJPF_CMYK = 0, 1, 6, 11
+_TJPF_RGB, _TJPF_BGR, _TJPF_RGBX, _TJPF_BGRX, _TJPF_GRAY, _TJPF_CMYK = 0, 1, 2, 3, 6, 11
 _PIXEL_FORMATS = {"rgb": (_TJPF_RGB, 3), "bgr": (_TJPF_BGR, 3), "gray": (_TJPF_GRAY, 1), "cmyk": (_TJPF_CMYK, 4)}
 _TJSAMP_GRAY = 3
 _SCAN_LIMIT = 500
@@ -322,6 +323,60 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
         return out
     return np.ascontiguousarray(out[y - top:, x - x0:x - x0 + ww])
 
+
+
+def decode_padded(buf: np.ndarray, window, margins, bgr: bool = False, expect: tuple[int, int] | None = None):
+    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``; the whole image for
+    ``(0, 0, H, W)``) into 4 bytes per pixel (RGBX, or BGRX; the X byte is 255), with room for
+    ``margins`` = (top, bottom, left, right) more pixels around the window, for the fused decode +
+    resize (:mod:`stoker.pipeline.padded_decode`): Pillow keeps RGB images in this layout and
+    reads the buffer as it is.
+
+    Returns ``(image, (row, col))``: an (rows, cols, 4) uint8 array and where the window's first pixel
+    lies in it. The window's pixels are those of :func:`decode_full` and :func:`decode_window` (the
+    same decoder settings and region, only a wider pixel format); what lies around it is
+    unspecified (decoded neighbours or garbage): the caller fills the margins. The array ends
+    with one more row than ``rows``, past its shape, so that a row pitch mapping of any
+    sub-rectangle stays inside the allocation. ``expect``: the (height, width) the caller read
+    from the header (as decode_full). None when the library is unavailable or
+    the file fails or warns (corrupt data, an unusual layout): the caller then decodes as usual,
+    which reports or handles it."""
+    y, x, hh, ww = (int(v) for v in window)
+    if hh <= 0 or ww <= 0:
+        return None
+    opened = _opened(buf)
+    if opened is None:
+        return None
+    h, quick, buf = opened
+    ptr, size = buf.ctypes.data, buf.size
+    sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
+    W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
+    if not 0 <= sub < len(_MCU_WIDTH) or sub == _TJSAMP_GRAY or y < 0 or x < 0 or y + hh > H or x + ww > W:
+        return None
+    if expect is not None and (H, W) != tuple(expect):
+        return None  # libjpeg reads the frame differently from the caller's header parser
+    if (y, x, hh, ww) == (0, 0, H, W):
+        x0, x1, top, region = 0, W, 0, _UNCROPPED  # as decode_full
+    else:  # as decode_window
+        if quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
+            x0, x1, top = 0, W, 0
+        else:
+            mcu = _MCU_WIDTH[sub]
+            x0, x1, top = max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
+        region = _Region(x0, top, x1 - x0, y + hh - top)
+    mt, mb, ml, mr = (int(m) for m in margins)
+    r0, c0 = max(0, mt - (y - top)), max(0, ml - (x - x0))  # where the decoded region starts
+    row, col = r0 + y - top, c0 + x - x0  # where the window starts
+    rows, cols = row + hh + mb, max(c0 + x1 - x0, col + ww + mr)
+    if quick.tj3SetScalingFactor(h, _UNSCALED) != 0 or quick.tj3SetCroppingRegion(h, region) != 0:
+        return None
+    flat = np.empty((rows + 1) * cols * 4, np.uint8)
+    out = flat[:rows * cols * 4].reshape(rows, cols, 4)
+    if _state["lib"].tj3Decompress8(h, ptr, size, out.ctypes.data + (r0 * cols + c0) * 4, cols * 4,
+                                    _TJPF_BGRX if bgr else _TJPF_RGBX) != 0:
+        _local.handle = None  # see _failure
+        return None
+    return out, (row, col)
 
 
 def scaled_size(extent: int, eighths: int) -> int:
