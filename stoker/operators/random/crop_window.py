@@ -143,31 +143,8 @@ def sample_crop_windows(
     w = np.where(too_wide, max_w, np.where(too_tall, W, 0))
     used = np.zeros(n, np.int64)  # draws taken by the attempts
     searching = ~too_wide & ~too_tall & (H > 0) & (W > 0)
-    log_lo, log_hi = math.log(r_lo), math.log(r_hi)
-    # The attempts in stages: the first for every sample, the next two for those it failed, then
-    # the rest; most windows come from the first attempt, so most of the exp() calls are never made.
-    stages = [b for b in (0, 1, 3) if b < attempts] + [attempts]
-    for start, stop in zip(stages, stages[1:]):
-        rows = np.flatnonzero(searching)
-        if not rows.size:
-            break
-        uu = u[rows]
-        target = (a_lo + (a_hi - a_lo) * uu[:, 2 * start:2 * stop:2]) * (Hf[rows] * Wf[rows])[:, None]
-        # math.exp, not np.exp: NumPy's SIMD exp may differ from libm's in the last bit, and the
-        # per-sample function uses math.exp.
-        logs = log_lo + (log_hi - log_lo) * uu[:, 2 * start + 1:2 * stop:2]
-        ratio = np.fromiter(map(math.exp, logs.ravel().tolist()), np.float64, logs.size).reshape(logs.shape)
-        cw = np.maximum(1, np.floor(np.sqrt(target * ratio) + 0.5)).astype(np.int64)
-        ch = np.maximum(1, np.floor(np.sqrt(target / ratio) + 0.5)).astype(np.int64)
-        ok = (cw <= W[rows, None]) & (ch <= H[rows, None]) & (r_lo <= cw / ch) & (cw / ch <= r_hi)
-        hit = ok.any(axis=1)
-        first = np.argmax(ok, axis=1)
-        k = np.arange(rows.size)
-        found = rows[hit]
-        h[found], w[found] = ch[k, first][hit], cw[k, first][hit]
-        used[found] = 2 * (start + first[hit] + 1)
-        used[rows[~hit]] = 2 * stop
-        searching[found] = False
+    if attempts:
+        _search_attempts(u, H, W, (a_lo, a_hi), (r_lo, r_hi), attempts, searching, h, w, used)
     if searching.any():  # every attempt failed: the fallback window
         aspect = Wf / np.where(H > 0, Hf, 1.0)
         fh = np.where(aspect > r_hi, H, np.where(aspect < r_lo, max_h, H))
@@ -190,3 +167,35 @@ def sample_crop_windows(
         out[empty] = np.stack([np.zeros(n, np.int64), np.zeros(n, np.int64), np.maximum(H, 0), np.maximum(W, 0)],
                               axis=1)[empty]
     return out
+
+
+def _search_attempts(u, H, W, area, ratio, attempts: int, searching, h, w, used) -> None:
+    """The attempts of :func:`sample_crop_windows` for the samples still ``searching``, in stages
+    (the first for every sample, the next two for those it failed, then the rest: most windows
+    come from the first attempt, so most of the exp() calls are never made). Fills in ``h``,
+    ``w``, ``used`` (draws taken) and clears ``searching`` where a window is found."""
+    (a_lo, a_hi), (r_lo, r_hi) = area, ratio
+    log_lo, log_hi = math.log(r_lo), math.log(r_hi)
+    Hf, Wf = H.astype(np.float64), W.astype(np.float64)
+    stages = [b for b in (0, 1, 3) if b < attempts] + [attempts]
+    for start, stop in zip(stages, stages[1:]):
+        rows = np.flatnonzero(searching)
+        if not rows.size:
+            break
+        uu = u[rows]
+        target = (a_lo + (a_hi - a_lo) * uu[:, 2 * start:2 * stop:2]) * (Hf[rows] * Wf[rows])[:, None]
+        # math.exp, not np.exp: NumPy's SIMD exp may differ from libm's in the last bit, and the
+        # per-sample function uses math.exp.
+        logs = log_lo + (log_hi - log_lo) * uu[:, 2 * start + 1:2 * stop:2]
+        ratio_ = np.fromiter(map(math.exp, logs.ravel().tolist()), np.float64, logs.size).reshape(logs.shape)
+        cw = np.maximum(1, np.floor(np.sqrt(target * ratio_) + 0.5)).astype(np.int64)
+        ch = np.maximum(1, np.floor(np.sqrt(target / ratio_) + 0.5)).astype(np.int64)
+        ok = (cw <= W[rows, None]) & (ch <= H[rows, None]) & (r_lo <= cw / ch) & (cw / ch <= r_hi)
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        k = np.arange(rows.size)
+        found = rows[hit]
+        h[found], w[found] = ch[k, first][hit], cw[k, first][hit]
+        used[found] = 2 * (start + first[hit] + 1)
+        used[rows[~hit]] = 2 * stop
+        searching[found] = False
