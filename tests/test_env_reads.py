@@ -5,9 +5,10 @@
 imported).
 
 The one exception, by function: the I/O helper (stoker/operators/readers/io_worker.py) also runs
-as ``python -I -S io_worker.py`` (the standard library only), and ``_launch`` runs in every helper
-before stoker can be imported, so these read their private startup variables from ``os.environ``
-themselves. An entry that no longer reads it fails the test, so the list only shrinks.
+as ``python -I -S io_worker.py`` (the standard library only), and ``_launch``
+(stoker/workers/processes.py) runs in every helper before stoker can be imported, so these read
+their private startup variables from ``os.environ`` themselves. An entry that no longer reads it
+fails the test, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "runs in the I/O helper (python -I -S: no stoker to import): _STOKER_HELPER_NUMPY",
     ("operators/readers/io_worker.py", "_Databases._env"):
         "runs in the I/O helper (python -I -S: no stoker to import): _STOKER_HELPER_LMDB",
-    ("operators/readers/io_worker.py", "_launch"):
+    ("workers/processes.py", "_launch"):
         "runs in each helper before stoker is importable: _STOKER_HELPER_SYS_PATH / _PACKAGE say where it is",
 }
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import pickle
 import queue
-import select
 import socket
 import sys
 import threading
 
 from stoker import settings
-from stoker.operators.readers.io_worker import recv_msg, send_msg, start_helper, stop_helper
+from stoker.workers.messages import ready_came, recv_msg, send_msg, send_ready
+from stoker.workers.processes import start_helper, stop_helper
 
 _log = logging.getLogger("stoker")
 
@@ -47,7 +47,7 @@ def _serve(sock: socket.socket) -> None:
     from stoker.operators.base import BatchContext
 
     stoker.operators.load_all()
-    sock.sendall(b"!")  # ready: until then the pipeline computes these batches itself
+    send_ready(sock)  # until then the pipeline computes these batches itself
     ops: dict = {}
     while True:
         try:
@@ -107,11 +107,12 @@ class BatchOffload:
 
     def _ready(self, conn: _Connection) -> bool:
         """Whether ``conn``'s helper has started (its ready byte has come); never waits."""
-        if not conn.ready and not self.broken and select.select([conn.sock], [], [], 0)[0]:
-            if conn.sock.recv(1) != b"!":
+        if not conn.ready and not self.broken:
+            try:
+                conn.ready = ready_came(conn.sock)
+            except EOFError:
                 self._give_up("it exited before it was ready")
                 return False
-            conn.ready = True
         return conn.ready
 
     def is_ready(self) -> bool:

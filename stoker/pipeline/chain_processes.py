@@ -34,7 +34,9 @@ import weakref
 import numpy as np
 
 from stoker import settings
-from stoker.operators.readers.io_worker import Slots, map_received, recv_msg, send_msg, start_helper, stop_helper
+from stoker.workers.messages import recv_msg, send_msg
+from stoker.workers.processes import start_helper, stop_helper
+from stoker.workers.slots import Slots, map_received
 
 _log = logging.getLogger("stoker")
 

@@ -5,7 +5,7 @@ The bug this guards: the CPU chain workers started as ``python -m stoker.pipelin
 which puts the current directory first on ``sys.path``: a ``stoker/`` folder there was imported
 and run in every worker (a planted package ran 40 times in 20 iterations), and the reader's I/O
 helper took its standard library modules from ``PYTHONPATH`` first. Helpers now start under
-``python -I`` and import stoker from the pipeline's own copy (``io_worker.start_helper``).
+``python -I`` and import stoker from the pipeline's own copy (``stoker.workers.processes.start_helper``).
 
 Hostile ``stoker``, ``numpy`` and ``socket`` modules, each writing a marker file when imported,
 are planted in the script's current directory and in a ``PYTHONPATH`` entry the script sets

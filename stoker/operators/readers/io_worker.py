@@ -15,104 +15,56 @@ NumPy here).
 
 This file is run as a script (``python -I -S io_worker.py FD``), not imported as
 part of stoker in the helper process, so the helper starts in milliseconds and never
-touches CUDA. :class:`ReadWorker` is the pipeline-side handle.
-
-It is also the launcher of stoker's other helper processes (:func:`start_helper`):
-every helper starts isolated, importing stoker from the pipeline's own copy and
-nothing from the current directory or a ``PYTHONPATH`` set after the pipeline's
-process started.
+touches CUDA; it loads the message framing and the shared memory slots it shares with
+stoker's other helpers (:mod:`stoker.workers`) by path. :class:`ReadWorker` is the
+pipeline-side handle, started isolated like every helper
+(:func:`stoker.workers.processes.start_helper`).
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
-import pickle
 import signal
 import socket
 import stat
-import struct
-import subprocess
 import sys
 import threading
 
-_HEADER = struct.Struct("<Q")
+# stoker/ of this file (stoker/operators/readers/io_worker.py)
+_STOKER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
 
 
-def send_msg(sock: socket.socket, obj) -> None:
-    """Send ``obj`` pickled, after its length (read back whole by :func:`recv_msg`)."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(data)) + data)
+def _load_by_path(name: str, path: str):
+    """The module at ``path``, loaded as ``name`` without importing its package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    parts, got = [], 0
-    while got < n:
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
-            raise EOFError("the reader's I/O process closed the connection")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-def recv_msg(sock: socket.socket):
-    """The next object :func:`send_msg` sent on ``sock`` (EOFError when the peer closed it)."""
-    (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
-    return pickle.loads(_recv_exact(sock, n))
+if __name__ == "__main__":
+    # The helper (python -I -S: the standard library only): stoker/workers' modules by path, as
+    # importing stoker would pull in NumPy and more. They import nothing of stoker themselves.
+    _messages = _load_by_path("_stoker_workers_messages", os.path.join(_STOKER_DIR, "workers", "messages.py"))
+    _slots = _load_by_path("_stoker_workers_slots", os.path.join(_STOKER_DIR, "workers", "slots.py"))
+    recv_msg, send_tagged, Slots = _messages.recv_msg, _messages.send_tagged, _slots.Slots
+else:
+    from stoker.workers.messages import recv_msg, recv_tagged, send_msg, send_tagged
+    from stoker.workers.processes import start_helper, stop_helper
+    from stoker.workers.slots import Slots, map_received
 
 
 # --- the helper process ------------------------------------------------------------------------
 
-class Slots:
-    """Reusable shared memory files of the helper: allocating and faulting in fresh pages for
-    every batch cost more than the reads (68 against 18 us per 50 KB file, measured)."""
-
-    def __init__(self):
-        self.slots: dict[int, list] = {}  # id -> [fd, capacity, mmap, free]
-        self.next_id = 0
-
-    def take(self, total: int):
-        """(slot id, fd to send or -1, capacity, mmap) of a free slot holding ``total`` bytes."""
-        free = [k for k, v in self.slots.items() if v[3]]
-        fitting = [k for k in free if self.slots[k][1] >= total]
-        if fitting:
-            k = min(fitting, key=lambda j: self.slots[j][1])
-            self.slots[k][3] = False
-            return k, -1, self.slots[k][1], self.slots[k][2]
-        if free:  # grow a free slot rather than keep one more
-            k = free[0]
-            old_fd, _, old_mm, _ = self.slots.pop(k)
-            old_mm.close()
-            os.close(old_fd)
-        k = self.next_id
-        self.next_id += 1
-        capacity = max(total + total // 2, 1 << 20)
-        fd = os.memfd_create(f"stoker-batch-{k}", os.MFD_CLOEXEC)
-        os.ftruncate(fd, capacity)
-        # MAP_POPULATE: the pages are faulted in by one call instead of one fault per 4 KiB.
-        mm = mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-        self.slots[k] = [fd, capacity, mm, False]
-        return k, fd, capacity, mm
-
-    def release(self, ids) -> None:
-        for k in ids:
-            if k in self.slots:
-                self.slots[k][3] = True
-
-
 def _load_backend_function(filename: str, name: str):
     """Function ``name`` of ``stoker/backend/<filename>``, loaded by path: the helper starts without
     stoker (importing the package would pull in NumPy and more). None when it cannot be loaded."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "backend", filename)
+    path = os.path.join(_STOKER_DIR, "backend", filename)
     try:
-        spec = importlib.util.spec_from_file_location("_stoker_" + filename[:-3], path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return getattr(module, name)
+        return getattr(_load_by_path("_stoker_" + filename[:-3], path), name)
     except (OSError, ImportError, AttributeError, SyntaxError):
         return None
 
@@ -304,124 +256,14 @@ def _serve(sock: socket.socket) -> None:
         # want_hints: 0 none, 1 frame hints, 2 frame hints and the structure check's flag
         k, fd, capacity, offsets, sizes, errors, hints = _read_batch(entries, slots, scan if want_hints else None,
                                                                  check if want_hints == 2 else None, dbs)
-        if fd >= 0:
-            socket.send_fds(sock, [b"F"], [fd])
-        else:
-            sock.sendall(b"N")
-        send_msg(sock, (k, capacity, offsets, sizes, errors, hints))
+        # F: a new slot, its descriptor carried by the tag; N: one the pipeline has mapped already
+        send_tagged(sock, b"F" if fd >= 0 else b"N", (k, capacity, offsets, sizes, errors, hints),
+                    [fd] if fd >= 0 else ())
         if want_hints == 2 and not check_loaded:  # after the batch, which NumPy's import must not delay
             check, check_loaded = _load_structure_check(), True
 
 
 # --- the pipeline side -------------------------------------------------------------------------
-
-# The stoker package of this process (this file is stoker/operators/readers/io_worker.py).
-_PACKAGE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
-
-
-def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
-    """Start a helper process with FD the helper's end of a new socket pair, and return
-    (process, the pipeline's end of the socket). Shared by stoker's helper processes (this
-    reader, the mixed decoders' JPEG helpers, the CPU chain workers).
-
-    ``before_fd`` names the helper: ``[path]`` (a script), ``["-m", module]`` (a stoker module
-    run as ``__main__``) or ``["-S", path]`` (a script that needs the standard library only).
-    The helper gets ``FD *after_fd`` as its arguments.
-
-    Isolation: every helper runs under ``python -I``, which ignores ``PYTHON*`` variables
-    (``PYTHONPATH``) and puts neither the current directory nor the script's directory on
-    ``sys.path``. Before (``python -m``) a ``stoker/`` folder in the current directory was
-    imported and run in every chain worker. A helper that imports more than the standard
-    library is started through :func:`_launch` (this file), which imports stoker from this
-    process's copy (:data:`_PACKAGE_DIR`, also for an editable install) and everything else from
-    this process's ``sys.path``, without its current-directory entry. The socket pair is
-    inherited (``pass_fds``), so the pickled messages pass only between the pipeline and its
-    own children: no path-named socket another process could connect to.
-    """
-    flags = [a for a in before_fd if a.startswith("-") and a != "-m"]
-    rest = [a for a in before_fd if a not in flags]
-    ours, theirs = socket.socketpair()
-    fd = str(theirs.fileno())
-    if "-S" in flags:  # standard library only: run as is, no site-packages
-        argv = [sys.executable, "-I", *flags, os.path.abspath(rest[0]), fd, *after_fd]
-    else:
-        kind, target = ("module", rest[1]) if rest[0] == "-m" else ("path", os.path.abspath(rest[0]))
-        argv = [sys.executable, "-I", *flags, os.path.abspath(__file__), "--launch", kind, target, fd, *after_fd]
-        # (in the environment, not the command line: the helpers' `ps` lines stay short)
-        from stoker import settings  # (here, in the pipeline's process: the helper has no stoker yet)
-
-        env = settings.process_env(env, _STOKER_HELPER_SYS_PATH=json.dumps(_helper_sys_path()),
-                                   _STOKER_HELPER_PACKAGE=_PACKAGE_DIR)
-    try:
-        proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
-    finally:
-        theirs.close()
-    return proc, ours
-
-
-def _helper_sys_path() -> list[str]:
-    """This process's import path for a helper: its absolute entries. '' (the current directory,
-    whatever it is when the helper imports) is left out."""
-    out = []
-    for p in sys.path:
-        try:
-            p = os.fspath(p)
-        except TypeError:
-            continue
-        if isinstance(p, str) and p and os.path.isabs(p):
-            out.append(p)
-    return out
-
-
-def _launch(kind: str, target: str, args: list[str]) -> None:
-    """In the helper (``python -I io_worker.py --launch KIND TARGET FD ...``): take the
-    pipeline's import path, import stoker from the pipeline's copy, and run ``TARGET`` (a stoker
-    module, or a script by path) as ``__main__`` with ``TARGET FD ...`` as its argv."""
-    import importlib.util
-    import runpy
-
-    sys.path[:] = json.loads(os.environ.pop("_STOKER_HELPER_SYS_PATH", "[]")) or sys.path
-    package = os.environ.pop("_STOKER_HELPER_PACKAGE", "")
-    if package:
-        # stoker from the pipeline's own copy, whatever else the path holds: the package is in
-        # sys.modules before anything imports it, and its submodules come from its folder.
-        spec = importlib.util.spec_from_file_location("stoker", os.path.join(package, "__init__.py"),
-                                                      submodule_search_locations=[package])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["stoker"] = module
-        spec.loader.exec_module(module)
-    sys.argv = [target, *args]
-    if kind == "module":
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(target, run_name="__main__")
-
-
-def stop_helper(proc, sock) -> None:
-    """Close the socket (the helper then exits on its own) and reap the process, killing it
-    after 5 s."""
-    try:
-        sock.close()
-    finally:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def map_received(maps: dict, k: int, fds: list, capacity: int) -> None:
-    """Map (read-only) the shared memory file a helper sent for its slot ``k`` into ``maps``,
-    replacing an older mapping of that slot, and close the received descriptors."""
-    try:
-        old = maps.pop(k, None)
-        if old is not None:
-            old.close()
-        maps[k] = mmap.mmap(fds[0], capacity, prot=mmap.PROT_READ)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
 
 def _package_folder(name: str) -> str | None:
     """The folder that holds package ``name`` as this process would import it (None: not
@@ -481,10 +323,8 @@ class ReadWorker:
             with self.freed_lock:
                 freed, self.freed = self.freed, []
             send_msg(self.sock, (list(paths), freed, (2 if check_structure else 1) if scan_frames else 0))
-            msg, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
-            if not msg:
-                raise EOFError("the reader's I/O process exited")
-            k, capacity, offsets, sizes, errors, hints = recv_msg(self.sock)
+            _, fds, reply = recv_tagged(self.sock, "the reader's I/O process exited")
+            k, capacity, offsets, sizes, errors, hints = reply
             if fds:
                 map_received(self.maps, k, fds, capacity)
             base = np.frombuffer(self.maps[k], np.uint8)
@@ -506,7 +346,4 @@ if __name__ == "__main__":
     # A terminal's Ctrl-C reaches the whole process group: the pipeline handles it and closes
     # its helpers (which exit when their socket closes), so a helper prints no traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.argv[1] == "--launch":
-        _launch(sys.argv[2], sys.argv[3], sys.argv[4:])
-    else:
-        _serve(socket.socket(fileno=int(sys.argv[1])))
+    _serve(socket.socket(fileno=int(sys.argv[1])))

@@ -19,8 +19,9 @@ the GPU stage then uploads the region with one copy. A job that cannot be done
 process instead, where its error is raised or reported as usual.
 
 The helper is this file run as a script; it loads ``turbo.py`` and
-``io_worker.py`` (message framing) by path, so it starts without importing
-stoker or CUDA. :class:`DecodeProcesses` is the pipeline-side handle.
+``stoker/workers/messages.py`` (message framing) by path, so it starts without
+importing stoker's operators or CUDA. :class:`DecodeProcesses` is the pipeline-side
+handle; its slots are :class:`stoker.workers.slots.PinnedSlot`.
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ import queue
 import socket
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stoker.workers.slots import PinnedSlot
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DECODERS = os.path.dirname(_HERE)  # stoker/operators/decoders: turbo.py
-_IO_WORKER = os.path.join(os.path.dirname(_DECODERS), "readers", "io_worker.py")
+_MESSAGES = os.path.join(os.path.dirname(os.path.dirname(_DECODERS)), "workers", "messages.py")
 
 
 def _load(name: str, path: str):
@@ -65,11 +70,11 @@ def _serve(sock: socket.socket, threads: int) -> None:
 
     import numpy as np
 
-    io = _load("_stoker_io_worker", _IO_WORKER)
+    messages = _load("_stoker_workers_messages", _MESSAGES)
     turbo = _load("_stoker_turbo", os.path.join(_DECODERS, "turbo.py"))
     # Below the pipeline's own threads (the thread feeding the JPEG engines above all), which
     # must not wait for a core while the helpers decode.
-    from stoker import settings  # (the helper imports stoker: io_worker.start_helper)
+    from stoker import settings  # (the helper imports stoker: stoker.workers.processes.start_helper)
 
     nice = settings.get().cpu_decode_nice
     if nice:
@@ -80,9 +85,9 @@ def _serve(sock: socket.socket, threads: int) -> None:
     maps: dict[int, tuple] = {}  # slot id -> (mmap, uint8 view)
     pool = ThreadPoolExecutor(threads)
     replies: queue.SimpleQueue = queue.SimpleQueue()  # (futures of one batch, start time), in order
-    replier = threading.Thread(target=_reply_in_order, args=(sock, io, replies), daemon=True)
+    replier = threading.Thread(target=_reply_in_order, args=(sock, messages, replies), daemon=True)
     replier.start()
-    sock.sendall(b"!")  # ready: the pipeline sends work only from now on
+    messages.send_ready(sock)  # the pipeline sends work only from now on
 
     def run(view, job) -> bool:
         src, length, y, x, h, w, dst = job
@@ -94,10 +99,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
 
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
-            if not msg:
-                return
-            kind, slot, payload = io.recv_msg(sock)
+            _, fds, (kind, slot, payload) = messages.recv_tagged(sock)
         except (EOFError, ConnectionError):
             return
         if kind == "map":  # a new slot: its file descriptor came with the message
@@ -113,7 +115,7 @@ def _serve(sock: socket.socket, threads: int) -> None:
         replies.put(([pool.submit(run, view, job) for job in payload], started))
 
 
-def _reply_in_order(sock, io, replies) -> None:
+def _reply_in_order(sock, messages, replies) -> None:
     """Send each batch's answer once its jobs are done, in the order the batches came. Why a
     thread: the receiving loop then hands the next batch's jobs to the pool at once, so the pool's
     threads start on it while the previous batch's last (largest) images finish, instead of
@@ -127,7 +129,7 @@ def _reply_in_order(sock, io, replies) -> None:
         futures, started = item
         failed = [k for k, f in enumerate(futures) if f.exception() is not None or not f.result()]
         try:
-            io.send_msg(sock, (failed, started, time.perf_counter()))
+            messages.send_msg(sock, (failed, started, time.perf_counter()))
         except OSError:  # the pipeline went away
             return
 
@@ -164,47 +166,11 @@ def helper_cores(spare: int) -> list[int] | None:
     return allowed[spare:]
 
 
-class _Slot:
-    """One shared memory file, mapped here and registered with CUDA as pinned memory."""
-
-    def __init__(self, key: int, capacity: int, pin: bool):
-        import ctypes
-
-        import numpy as np
-
-        self.key, self.capacity = key, capacity
-        self.fd = os.memfd_create(f"stoker-decode-{key}", os.MFD_CLOEXEC)
-        os.ftruncate(self.fd, capacity)
-        self.mm = mmap.mmap(self.fd, capacity, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-        self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.ptr = ctypes.addressof(self._anchor)
-        self.view = np.frombuffer(self.mm, np.uint8)
-        self.cp = None
-        if pin:  # the upload then copies straight from here, as from any pinned buffer
-            from stoker.backend import cuda
-
-            self.cp = cuda.cupy()
-            self.cp.cuda.runtime.hostRegister(self.ptr, capacity, 0)
-
-    def close(self) -> None:
-        try:
-            if self.cp is not None:
-                self.cp.cuda.runtime.hostUnregister(self.ptr)
-        except Exception:  # noqa: BLE001 - the context may be gone at interpreter exit
-            pass
-        self.view = self._anchor = None
-        try:
-            self.mm.close()
-        except BufferError:  # a batch's arrays still view it: the mapping goes with the last of them
-            pass
-        os.close(self.fd)
-
-
 class Lease:
     """A slot lent to one batch. It goes back to the free list once this object is dropped and
     every helper has answered for it (helpers may still write into it after a batch is called off)."""
 
-    def __init__(self, owner: DecodeProcesses, slot: _Slot):
+    def __init__(self, owner: DecodeProcesses, slot: PinnedSlot):
         self.owner, self.slot = owner, slot
         self.view, self.ptr = slot.view, slot.ptr
 
@@ -241,41 +207,36 @@ class Pending:
 class _Helper:
     def __init__(self, threads: int, library: str, cores: list[int] | None = None):
         from stoker import settings
-        from stoker.operators.readers import io_worker as io
+        from stoker.workers import messages
+        from stoker.workers.processes import start_helper
 
         # The helper loads the library this process found, on the cores it is given.
         env = settings.child_environ(turbojpeg_lib=library)
         env["_STOKER_DECODE_AFFINITY"] = ",".join(map(str, cores or ()))
-        self.proc, self.sock = io.start_helper([os.path.abspath(__file__)], [str(threads)], env=env)
+        self.proc, self.sock = start_helper([os.path.abspath(__file__)], [str(threads)], env=env)
         self.send_lock, self.recv_lock = threading.Lock(), threading.Lock()
         self.mapped: dict[int, int] = {}  # slot key -> capacity the helper has mapped
         self.waiting: collections.deque = collections.deque()  # (pending, part index), in send order
-        self.io = io
+        self.messages = messages
         self.ready = False
 
     def is_ready(self, wait: bool = False) -> bool:
         """Whether the helper has started (its ready byte has come), waiting for it if asked."""
-        import select
-
         if self.ready:  # without the lock: the GPU stage may hold it while it waits for answers
             return True
         with self.recv_lock:
-            if not self.ready and (wait or select.select([self.sock], [], [], 0)[0]):
-                byte = self.sock.recv(1)
-                if byte != b"!":
-                    raise EOFError("a decode helper process exited before it was ready")
+            if not self.ready and self.messages.ready_came(
+                    self.sock, wait, "a decode helper process exited before it was ready"):
                 self.ready = True
         return self.ready
 
-    def send(self, slot: _Slot, jobs: list, pending: Pending, part: int) -> None:
+    def send(self, slot: PinnedSlot, jobs: list, pending: Pending, part: int) -> None:
         with self.send_lock:
-            if self.mapped.get(slot.key) != slot.capacity:
-                socket.send_fds(self.sock, [b"M"], [slot.fd])
-                self.io.send_msg(self.sock, ("map", slot.key, slot.capacity))
+            if self.mapped.get(slot.key) != slot.capacity:  # M: a new slot, its descriptor with the tag
+                self.messages.send_tagged(self.sock, b"M", ("map", slot.key, slot.capacity), [slot.fd])
                 self.mapped[slot.key] = slot.capacity
             self.waiting.append((pending, part))
-            self.sock.sendall(b"J")
-            self.io.send_msg(self.sock, ("jobs", slot.key, jobs))
+            self.messages.send_tagged(self.sock, b"J", ("jobs", slot.key, jobs))
 
     def wait_for(self, pending: Pending) -> None:
         """Read answers in order until ``pending``'s has come (earlier ones belong to batches
@@ -283,13 +244,15 @@ class _Helper:
         self.is_ready(wait=True)
         with self.recv_lock:
             while any(p is pending for p, _ in self.waiting):
-                failed, started, finished = self.io.recv_msg(self.sock)
+                failed, started, finished = self.messages.recv_msg(self.sock)
                 done, part = self.waiting.popleft()
                 done.answers[part] = failed
                 done.spans[part] = (started, finished)
 
     def close(self) -> None:
-        self.io.stop_helper(self.proc, self.sock)
+        from stoker.workers.processes import stop_helper
+
+        stop_helper(self.proc, self.sock)
 
 
 class DecodeProcesses:
@@ -301,8 +264,8 @@ class DecodeProcesses:
                  cores: list[int] | None = None):
         self.helpers = [_Helper(threads, library, cores) for _ in range(processes)]
         self.pin = pin
-        self.free: list[_Slot] = []
-        self.slots: list[_Slot] = []
+        self.free: list[PinnedSlot] = []
+        self.slots: list[PinnedSlot] = []
         self.lock = threading.Lock()
         self.closed = False
         self.next_key = 0
@@ -319,12 +282,14 @@ class DecodeProcesses:
                 old = self.free.pop(0)
                 self.slots.remove(old)
                 old.close()
+            from stoker.workers.slots import PinnedSlot
+
             self.next_key += 1  # never reused: a helper keeps its mapping of a key until told otherwise
-            slot = _Slot(self.next_key, max(nbytes + nbytes // 4, 8 << 20), self.pin)
+            slot = PinnedSlot(self.next_key, max(nbytes + nbytes // 4, 8 << 20), self.pin)
             self.slots.append(slot)
         return Lease(self, slot)
 
-    def _give_back(self, slot: _Slot) -> None:
+    def _give_back(self, slot: PinnedSlot) -> None:
         with self.lock:
             if not self.closed and slot in self.slots and slot not in self.free:
                 self.free.append(slot)
