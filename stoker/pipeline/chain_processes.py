@@ -23,8 +23,6 @@ pipeline's process, so errors, skips and reports are exactly those of the in-pro
 from __future__ import annotations
 
 import logging
-import mmap
-import os
 import pickle
 import socket
 import sys
@@ -34,9 +32,9 @@ import weakref
 import numpy as np
 
 from stoker import settings
-from stoker.workers.messages import recv_msg, send_msg
+from stoker.workers.messages import ready_came, recv_tagged, send_ready, send_tagged
 from stoker.workers.processes import start_helper, stop_helper
-from stoker.workers.slots import Slots, map_received
+from stoker.workers.slots import SharedFile, Slots, map_received
 
 _log = logging.getLogger("stoker")
 
@@ -84,16 +82,14 @@ def _serve_batches(sock: socket.socket) -> None:
     from stoker.operators.image import resample_torch
 
     resample_torch.available()  # imports torch now (when installed) rather than in the first batch
-    sock.sendall(b"!")  # ready: until then the pipeline computes its batches itself
+    send_ready(sock)  # until then the pipeline computes its batches itself
     chains: dict = {}
-    inputs: dict = {}  # slot key -> uint8 view of the pipeline's input slot
+    mapped: dict = {}  # slot key -> read-only mapping of the pipeline's input slot
+    inputs: dict = {}  # slot key -> uint8 view of it
     slots = Slots()
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
-            if not msg:
-                return
-            kind, *payload = recv_msg(sock)
+            _, fds, (kind, *payload) = recv_tagged(sock)
         except (EOFError, ConnectionError):
             return
         if kind == "chain":
@@ -102,9 +98,8 @@ def _serve_batches(sock: socket.socket) -> None:
             continue
         if kind == "map":
             key, capacity = payload
-            mm = mmap.mmap(fds[0], capacity, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-            os.close(fds[0])
-            inputs[key] = np.frombuffer(mm, np.uint8)
+            map_received(mapped, key, fds, capacity)
+            inputs[key] = np.frombuffer(mapped[key], np.uint8)
             continue
         cid, key, jobs, freed = payload
         slots.release(freed)
@@ -120,8 +115,7 @@ def _serve_batches(sock: socket.socket) -> None:
                 break
             outs.append(out)
         if failed:
-            socket.send_fds(sock, [b"N"], [])
-            send_msg(sock, None)
+            send_tagged(sock, b"N", None)
             continue
         sizes = [o.nbytes for o in outs]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() if outs else []
@@ -130,11 +124,8 @@ def _serve_batches(sock: socket.socket) -> None:
         for o, at in zip(outs, offsets):
             dst[at:at + o.nbytes] = o.reshape(-1).view(np.uint8)
         del dst
-        if fd >= 0:
-            socket.send_fds(sock, [b"F"], [fd])
-        else:
-            socket.send_fds(sock, [b"N"], [])
-        send_msg(sock, (k, capacity, [(at, o.shape, o.dtype.str) for o, at in zip(outs, offsets)]))
+        placed = [(at, o.shape, o.dtype.str) for o, at in zip(outs, offsets)]
+        send_tagged(sock, b"F" if fd >= 0 else b"N", (k, capacity, placed), [fd] if fd >= 0 else ())
 
 
 # --- the pipeline side -------------------------------------------------------------------------
@@ -163,11 +154,7 @@ class _Worker:
 
     def is_ready(self) -> bool:
         """Whether the worker has started (its ready byte has come); never waits."""
-        import select
-
-        if not self.ready and select.select([self.sock], [], [], 0)[0]:
-            if self.sock.recv(1) != b"!":
-                raise EOFError("a chain worker process exited before it was ready")
+        if not self.ready and ready_came(self.sock, gone="a chain worker process exited before it was ready"):
             self.ready = True
         return self.ready
 
@@ -190,7 +177,7 @@ class ChainWorkers:
         self.workers = [_Worker() for _ in range(processes)]
         self.lock = threading.Lock()  # one batch at a time: the CPU stage is one thread anyway
         self.chain_ids: dict = {}  # id(step) -> chain id, or None where the chain cannot go
-        self.input_fd = self.input_mm = None
+        self.input_file = None  # the batch's samples, mapped by the workers (a SharedFile)
         self.input_capacity = 0
         self.input_key = 0
         self.batches_done = 0  # batches computed by the workers (for tests and benchmarks)
@@ -210,22 +197,18 @@ class ChainWorkers:
             if blob is not None:
                 cid = len(self.chain_ids) + 1
                 for w in self.workers:  # (a dead worker raises here: compute restarts them)
-                    socket.send_fds(w.sock, [b"C"], [])
-                    send_msg(w.sock, ("chain", cid, blob))
+                    send_tagged(w.sock, b"C", ("chain", cid, blob))
             self.chain_ids[key] = cid
         return self.chain_ids[key]
 
     def _input_slot(self, nbytes: int):
         if nbytes > self.input_capacity:
-            if self.input_mm is not None:
-                self.input_mm.close()
-                os.close(self.input_fd)
+            if self.input_file is not None:
+                self.input_file.close()
             self.input_key += 1
             self.input_capacity = max(nbytes + nbytes // 4, 4 << 20)
-            self.input_fd = os.memfd_create(f"stoker-chain-in-{self.input_key}", os.MFD_CLOEXEC)
-            os.ftruncate(self.input_fd, self.input_capacity)
-            self.input_mm = mmap.mmap(self.input_fd, self.input_capacity, flags=mmap.MAP_SHARED)
-        return self.input_key, np.frombuffer(self.input_mm, np.uint8)
+            self.input_file = SharedFile(f"stoker-chain-in-{self.input_key}", self.input_capacity)
+        return self.input_key, np.frombuffer(self.input_file.mm, np.uint8)
 
     def compute(self, step, samples: list, members: list, graph, sample_contexts) -> list | None:
         """The last member's output of every sample, or None when the chain cannot run here, a
@@ -273,21 +256,16 @@ class ChainWorkers:
                 member_args = [inst.sample_args(arg_inputs, i) for inst, _, arg_inputs, _ in members]
                 jobs.append((off, a.nbytes, a.shape, a.dtype.str, member_args, sample_contexts(i)))
             if worker.inputs.get(key) != self.input_capacity:
-                socket.send_fds(worker.sock, [b"M"], [self.input_fd])
-                send_msg(worker.sock, ("map", key, self.input_capacity))
+                send_tagged(worker.sock, b"M", ("map", key, self.input_capacity), [self.input_file.fd])
                 worker.inputs = {key: self.input_capacity}
             with worker.freed_lock:
                 freed, worker.freed = worker.freed, []
-            socket.send_fds(worker.sock, [b"R"], [])
-            send_msg(worker.sock, ("run", cid, key, jobs, freed))
+            send_tagged(worker.sock, b"R", ("run", cid, key, jobs, freed))
         del view
         results: list = [None] * n
         ok = True
         for worker, share in zip(self.workers, shares):
-            msg, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
-            if not msg:
-                raise EOFError("a chain worker process exited")
-            reply = recv_msg(worker.sock)
+            _, fds, reply = recv_tagged(worker.sock, "a chain worker process exited")
             if reply is None:
                 ok = False
                 continue
@@ -305,10 +283,9 @@ class ChainWorkers:
     def close(self) -> None:
         for w in self.workers:
             w.close()
-        if self.input_mm is not None:
-            self.input_mm.close()
-            os.close(self.input_fd)
-            self.input_mm = None
+        if self.input_file is not None:
+            self.input_file.close()
+            self.input_file = None
 
 
 def eligible(step, graph) -> bool:
