@@ -222,7 +222,10 @@ def test_a_missing_coco_image_is_skipped_and_reported(coco, helper):
     finally:
         pipe.close()
     assert sorted(s[0][0] for s in got) == [f"images/{k:03d}.jpg" for k in range(11) if k != 2]
-    assert [r["source"] for r in report] == ["images/002.jpg"]
+    # (reading ahead into the second pass, which the test does not take, may meet the file again
+    # before the report is read: once or twice, depending on timing, and never another file)
+    sources = [r["source"] for r in report]
+    assert sources in (["images/002.jpg"], ["images/002.jpg"] * 2), sources
     assert gone in report[0]["reason"]
 
 
