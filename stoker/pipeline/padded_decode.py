@@ -87,16 +87,15 @@ def run_pair(plan: PaddedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_ar
     where the usual path must compute it (this does not apply to the sample, or it failed).
     ``dec`` and ``rsz`` are the operator instances, with their sample arguments and the decoder's
     SampleContext (whose random stream is left untouched)."""
-    if cpu._ALLOCATOR_TUNED is None:  # (as the decoder's first decode_cpu call does)
-        cpu._tune_allocator()
-    buf = cpu._as_uint8(data)
+    cpu.tune_allocator_once()  # (as the decoder's first decode_cpu call does)
+    buf = cpu.as_uint8(data)
     try:
         if formats.detect_format(buf[:16].tobytes()) != formats.JPEG:
             return None
         info = formats.read_info(memoryview(buf))
         if info.channels != 3 or info.cmyk or info.bit_depth != 8:
             return None
-        cpu._check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
+        cpu.check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
     except (ImageFormatError, cpu.ImageDecodeError):
         return None  # the usual path reports it
     if info.orientation != 1 and dec_args["adjust_orientation"]:

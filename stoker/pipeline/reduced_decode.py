@@ -90,13 +90,13 @@ def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_a
     exact path must compute it (fast mode does not apply to this sample, or it failed). ``dec`` and
     ``rsz`` are the operator instances, with their sample arguments and the decoder's
     SampleContext (whose random stream is left untouched)."""
-    buf = cpu._as_uint8(data)
+    buf = cpu.as_uint8(data)
     try:
         jpeg = formats.detect_format(buf[:16].tobytes()) == formats.JPEG
         info = formats.read_info(memoryview(buf)) if jpeg else None
         if info is None or info.channels != 3 or info.cmyk or info.bit_depth != 8:
             return None
-        cpu._check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
+        cpu.check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
     except (ImageFormatError, cpu.ImageDecodeError):
         return None  # the exact path reports it
     if info.orientation != 1 and dec_args["adjust_orientation"]:

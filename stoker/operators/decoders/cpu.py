@@ -106,13 +106,12 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         ImageDecodeError: the data is not a decodable image, or the window does
             not fit in it.
     """
-    if _ALLOCATOR_TUNED is None:
-        _tune_allocator()
-    buf = _as_uint8(data)
+    tune_allocator_once()
+    buf = as_uint8(data)
     output_type = types.DALIImageType(output_type)
     try:
         info = _decode_info(buf)
-        _check_size(buf, info, max_pixels, max_aspect_ratio)
+        check_size(buf, info, max_pixels, max_aspect_ratio)
     except ImageFormatError as e:
         raise ImageDecodeError(str(e)) from None
     if strict:
@@ -143,6 +142,13 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
         return convert_dtype(np.ascontiguousarray(img), dtype)
     out = convert_color(img, output_type)
     return convert_dtype(np.ascontiguousarray(out), dtype)
+
+
+def tune_allocator_once() -> None:
+    """What the first CPU decode does before anything else (see _tune_allocator); for the fused
+    paths that decode without calling :func:`decode_cpu`."""
+    if _ALLOCATOR_TUNED is None:
+        _tune_allocator()
 
 
 def _tune_allocator() -> bool:
@@ -191,7 +197,7 @@ def _checked_window(H: int, W: int, roi) -> tuple[int, int, int, int]:
     return y, x, h, w
 
 
-def _check_size(buf: np.ndarray, info: ImageInfo, max_pixels, max_aspect_ratio) -> None:
+def check_size(buf: np.ndarray, info: ImageInfo, max_pixels, max_aspect_ratio) -> None:
     """Refuse, from the header alone, an image that should not be decoded: more than
     ``max_pixels`` pixels, a side more than ``max_aspect_ratio`` times the other, or a file too
     short for the size it claims (truncated, or a header lying about the size: the decoding
@@ -234,7 +240,9 @@ def _check_container(buf: np.ndarray, info: ImageInfo) -> None:
 _STRICT_HINT = "the decoder's strict=False would decode what can be read"
 
 
-def _as_uint8(data) -> np.ndarray:
+def as_uint8(data) -> np.ndarray:
+    """Encoded bytes as a 1-D uint8 array (a view where it can be; ImageDecodeError for data that
+    is not bytes)."""
     if isinstance(data, np.ndarray):
         if data.dtype != np.uint8:
             if data.dtype.itemsize != 1:
