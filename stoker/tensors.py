@@ -420,13 +420,13 @@ def stacked_small(inputs: list):
     out = []
     n = len(inputs[0]) if inputs else 0
     for t in inputs:
-        samples = t.samples()
-        if len(samples) != n or not n:
+        if len(t) != n or not n:
             return None
         dense = getattr(t, "_dense", None)
         if dense is not None and len(dense) == n and dense[0].size <= SMALL_SAMPLE:
-            out.append(dense)
+            out.append(dense)  # (its per-sample views are not needed)
             continue
+        samples = t.samples()
         shapes = {s.shape for s in samples}
         if len(shapes) != 1 or samples[0].size > SMALL_SAMPLE:
             return None
