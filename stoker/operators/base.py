@@ -292,6 +292,17 @@ def _scalarize(v):
     return arr
 
 
+def arg_key(v):
+    """A hashable stand-in for an argument value (a scalar, a list, a small per-sample array), for
+    operators that cache what they compute from their arguments: equal numbers give equal keys."""
+    if v is None or isinstance(v, (int, float, str)):
+        return v
+    try:
+        return tuple(float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        return repr(v)
+
+
 class Reader(Operator):
     """A source operator that walks a data set in epochs, with shuffling and sharding.
 

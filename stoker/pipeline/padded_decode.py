@@ -28,13 +28,12 @@ import dataclasses
 import numpy as np
 
 from stoker import types
-from stoker.operators.decoders import cpu, formats, turbo
-from stoker.operators.decoders.formats import ImageFormatError
+from stoker.operators.base import arg_key
+from stoker.operators.decoders import cpu, turbo
 from stoker.operators.image import resample_torch
 from stoker.operators.image.resample import padded_rgb_plan, resample_padded
 from stoker.operators.image.resize import resize_filters
-from stoker.operators.random.crop_window import sample_crop_window
-from stoker.pipeline.reduced_decode import resize_plan_for
+from stoker.pipeline.reduced_decode import colour_jpeg_window, resize_plan_for
 
 __all__ = ["PaddedDecode", "plan_for", "run_pair"]
 
@@ -88,28 +87,10 @@ def run_pair(plan: PaddedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_ar
     ``dec`` and ``rsz`` are the operator instances, with their sample arguments and the decoder's
     SampleContext (whose random stream is left untouched)."""
     cpu.tune_allocator_once()  # (as the decoder's first decode_cpu call does)
-    buf = cpu.as_uint8(data)
-    try:
-        if formats.detect_format(buf[:16].tobytes()) != formats.JPEG:
-            return None
-        info = formats.read_info(memoryview(buf))
-        if info.channels != 3 or info.cmyk or info.bit_depth != 8:
-            return None
-        cpu.check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
-    except (ImageFormatError, cpu.ImageDecodeError):
-        return None  # the usual path reports it
-    if info.orientation != 1 and dec_args["adjust_orientation"]:
-        return None
-    H, W = info.height, info.width
-    if plan.random_crop:
-        # A fresh stream: the usual path, should it take over, draws the same window again.
-        rng = dataclasses.replace(dec_ctx, _rng=None).rng
-        win = sample_crop_window(rng, H, W, dec.area, dec.aspect, int(dec.args["num_attempts"] or 10))
-    else:
-        win = (0, 0, H, W)
-    wy, wx, wh, ww = (int(v) for v in win)
-    if wh < 1 or ww < 1 or wy < 0 or wx < 0 or wy + wh > H or wx + ww > W:
-        return None
+    found = colour_jpeg_window(plan.random_crop, dec, data, dec_args, dec_ctx)
+    if found is None:
+        return None  # (not this path's sample: the usual path decodes it, or reports it)
+    buf, (H, W), (wy, wx, wh, ww) = found
     how = _geometry(rsz, rsz_args, (wh, ww))
     if how is None:
         return None
@@ -133,9 +114,9 @@ def _geometry(rsz, args: dict, in_size: tuple[int, int]):
     (resample.padded_rgb_plan), or None where the usual path must run. Cached per resize instance
     and input size with the sample's size and filter arguments, as Resize.run_sample caches its
     plans (training data has few distinct sizes): this is pure Python on every sample otherwise."""
-    key = (in_size, _arg_key(args.get("size")), float(args.get("resize_x") or 0), float(args.get("resize_y") or 0),
+    key = (in_size, arg_key(args.get("size")), float(args.get("resize_x") or 0), float(args.get("resize_y") or 0),
            float(args.get("resize_shorter") or 0), float(args.get("resize_longer") or 0),
-           _arg_key(args.get("interp_type")), _arg_key(args.get("min_filter")), _arg_key(args.get("mag_filter")))
+           arg_key(args.get("interp_type")), arg_key(args.get("min_filter")), arg_key(args.get("mag_filter")))
     cache = rsz.__dict__.setdefault("_padded_plans", {})
     got = cache.get(key, _NO_PLAN)
     if got is _NO_PLAN:
@@ -151,13 +132,3 @@ def _geometry(rsz, args: dict, in_size: tuple[int, int]):
             cache.clear()
         cache[key] = got
     return got
-
-
-def _arg_key(v):
-    """A hashable form of a sample argument (a scalar, a list or a small array)."""
-    if v is None or isinstance(v, (int, float, str)):
-        return v
-    try:
-        return tuple(float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1))
-    except (TypeError, ValueError):
-        return repr(v)

@@ -90,27 +90,10 @@ def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_a
     exact path must compute it (fast mode does not apply to this sample, or it failed). ``dec`` and
     ``rsz`` are the operator instances, with their sample arguments and the decoder's
     SampleContext (whose random stream is left untouched)."""
-    buf = cpu.as_uint8(data)
-    try:
-        jpeg = formats.detect_format(buf[:16].tobytes()) == formats.JPEG
-        info = formats.read_info(memoryview(buf)) if jpeg else None
-        if info is None or info.channels != 3 or info.cmyk or info.bit_depth != 8:
-            return None
-        cpu.check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
-    except (ImageFormatError, cpu.ImageDecodeError):
-        return None  # the exact path reports it
-    if info.orientation != 1 and dec_args["adjust_orientation"]:
-        return None
-    H, W = info.height, info.width
-    if plan.random_crop:
-        # A fresh stream: the exact path, should it take over, draws the same window again.
-        rng = dataclasses.replace(dec_ctx, _rng=None).rng
-        win = sample_crop_window(rng, H, W, dec.area, dec.aspect, int(dec.args["num_attempts"] or 10))
-    else:
-        win = (0, 0, H, W)
-    wy, wx, wh, ww = (int(v) for v in win)
-    if wh < 1 or ww < 1 or wy < 0 or wx < 0 or wy + wh > H or wx + ww > W:
-        return None
+    found = colour_jpeg_window(plan.random_crop, dec, data, dec_args, dec_ctx)
+    if found is None:
+        return None  # (not fast mode's sample: the exact path decodes it, or reports it)
+    buf, (H, W), (wy, wx, wh, ww) = found
     rplan = resize_plan_for(rsz, rsz_args, (wh, ww))
     if rplan is None:
         return None
@@ -138,6 +121,37 @@ def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_a
     out = resample(img, (0, 1), rplan.out_size, lo, hi, min_filter=mn, mag_filter=mg,
                    antialias=rsz.args["antialias"], dtype=rsz.args["dtype"])
     return img, out
+
+
+def colour_jpeg_window(random_crop: bool, dec, data, dec_args: dict, dec_ctx):
+    """For the fused decode + resize paths (this module and :mod:`.padded_decode`): ``(encoded
+    bytes as uint8, (H, W), (y, x, h, w) window)`` of a sample that is an 8-bit colour JPEG (not
+    CMYK) within the decoder's limits and with no EXIF rotation to apply; the window is the
+    decoder's own (image_random_crop's draw from a fresh stream of the sample, so the usual path,
+    should it take over, draws the same one; else the whole image). None for any other sample:
+    the usual path decodes it, or refuses it with its own error."""
+    buf = cpu.as_uint8(data)
+    try:
+        if formats.detect_format(buf[:16].tobytes()) != formats.JPEG:
+            return None
+        info = formats.read_info(memoryview(buf))
+        if info.channels != 3 or info.cmyk or info.bit_depth != 8:
+            return None
+        cpu.check_size(buf, info, dec.max_pixels, dec.max_aspect_ratio)
+    except (ImageFormatError, cpu.ImageDecodeError):
+        return None
+    if info.orientation != 1 and dec_args["adjust_orientation"]:
+        return None
+    H, W = info.height, info.width
+    if random_crop:
+        rng = dataclasses.replace(dec_ctx, _rng=None).rng
+        win = sample_crop_window(rng, H, W, dec.area, dec.aspect, int(dec.args["num_attempts"] or 10))
+    else:
+        win = (0, 0, H, W)
+    wy, wx, wh, ww = (int(v) for v in win)
+    if wh < 1 or ww < 1 or wy < 0 or wx < 0 or wy + wh > H or wx + ww > W:
+        return None
+    return buf, (H, W), (wy, wx, wh, ww)
 
 
 def _eighths(src_h: float, src_w: float, out_h: int, out_w: int) -> int | None:

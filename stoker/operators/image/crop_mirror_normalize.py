@@ -8,6 +8,7 @@ import numpy as np
 
 from stoker import types
 from stoker.errors import arg_error
+from stoker.operators.base import arg_key
 from stoker.operators.image.crop import (
     CROP_ARGS,
     LayoutAware,
@@ -21,19 +22,6 @@ from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
 _MISSING = object()
-
-
-def _hashable(v):
-    """A cache key for an argument value: a scalar, a list of numbers or a (per-sample) array."""
-    if v is None or isinstance(v, (int, float)):
-        return v
-    if isinstance(v, np.ndarray):
-        return (v.dtype.str, v.shape, v.tobytes())
-    try:
-        return tuple(float(x) for x in v)
-    except (TypeError, ValueError):
-        arr = np.asarray(v)
-        return (arr.dtype.str, arr.shape, arr.tobytes())
 
 
 @register
@@ -145,7 +133,7 @@ class CropMirrorNormalize(LayoutAware):
         mul``); None when mean or std do not have 1 or ``nch`` values. Cached per instance by the
         argument values: converting and broadcasting them on every sample was Python holding the
         GIL for 0.05 ms an image of the validation pipeline (2-core box)."""
-        key = (_hashable(mean), _hashable(std), nch)
+        key = (arg_key(mean), arg_key(std), nch)
         cache = self.__dict__.setdefault("_coef_cache", {})
         got = cache.get(key, _MISSING)
         if got is _MISSING:
