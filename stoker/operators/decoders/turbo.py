@@ -292,6 +292,19 @@ def _opened(buf: np.ndarray):
     return h, quick, buf
 
 
+def _decoded_span(quick, h, sub: int, window, W: int) -> tuple[int, int, int]:
+    """``(x0, x1, top)``: the columns and first row libjpeg decodes for the ``(y, x, h, w)``
+    window of an opened image: whole rows from the top for gray or progressive files (cheaper
+    there than cropping), else the window's rows and its columns widened to whole iMCUs (the
+    library crops on them) and by one more on each side (read by the chroma upsampling; see the
+    module docstring)."""
+    y, x, _, ww = window
+    if sub == _TJSAMP_GRAY or quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
+        return 0, W, 0
+    mcu = _MCU_WIDTH[sub]
+    return max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
+
+
 def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
     """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
     (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
@@ -307,11 +320,7 @@ def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | No
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or y < 0 or x < 0 or y + hh > H or x + ww > W:
         return None
-    if sub == _TJSAMP_GRAY or quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
-        x0, x1, top = 0, W, 0  # whole rows from the top: cheaper here than cropping (see above)
-    else:
-        mcu = _MCU_WIDTH[sub]
-        x0, x1, top = max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
+    x0, x1, top = _decoded_span(quick, h, sub, (y, x, hh, ww), W)
     if quick.tj3SetScalingFactor(h, _UNSCALED) != 0 or \
             quick.tj3SetCroppingRegion(h, _Region(x0, top, x1 - x0, y + hh - top)) != 0:
         return None
@@ -358,11 +367,7 @@ def decode_padded(buf: np.ndarray, window, margins, bgr: bool = False, expect: t
     if (y, x, hh, ww) == (0, 0, H, W):
         x0, x1, top, region = 0, W, 0, _UNCROPPED  # as decode_full
     else:  # as decode_window
-        if quick.tj3Get(h, _TJPARAM_PROGRESSIVE) == 1:
-            x0, x1, top = 0, W, 0
-        else:
-            mcu = _MCU_WIDTH[sub]
-            x0, x1, top = max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
+        x0, x1, top = _decoded_span(quick, h, sub, (y, x, hh, ww), W)
         region = _Region(x0, top, x1 - x0, y + hh - top)
     mt, mb, ml, mr = (int(m) for m in margins)
     r0, c0 = max(0, mt - (y - top)), max(0, ml - (x - x0))  # where the decoded region starts
