@@ -440,6 +440,29 @@ def installed():
 
 # --- helpers for tests of GPU planning ------------------------------------------------------------
 
+def python_calls(fn) -> int:
+    """The Python function calls ``fn()`` makes (``sys.setprofile``), with the garbage collector
+    off: its finalizers, run whenever it happens to, would count as calls. How the host-cost tests
+    check that a GPU operator's planning does not grow with the batch."""
+    import gc
+
+    calls = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+
+    gc.collect()
+    gc.disable()
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return calls[0]
+
+
 @contextlib.contextmanager
 def recording_uploads(monkeypatch, modules):
     """The null device installed, with ``upload_table`` of each of ``modules`` replaced by a

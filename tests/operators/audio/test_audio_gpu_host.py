@@ -14,8 +14,6 @@ null device's ``cupy.fft`` is NumPy's, fed frames the skipped kernel never wrote
 compared with the CPU on a GPU: tests/gpu/test_audio_gpu.py.
 """
 
-import collections
-import gc
 import importlib
 import os
 import sys
@@ -210,22 +208,9 @@ def count_calls(build, n: int) -> int:
     p.build()
     p.run()
     p.run()
-    calls = collections.Counter()
-
-    def profile(frame, event, arg):
-        if event == "call":
-            calls[0] += 1
-
-    gc.collect()
-    gc.disable()
-    sys.setprofile(profile)
-    try:
-        p.run()
-    finally:
-        sys.setprofile(None)
-        gc.enable()
+    calls = null_device.python_calls(p.run)
     p.close()
-    return calls[0]
+    return calls
 
 
 @pytest.mark.parametrize("name", sorted(CHAINS))

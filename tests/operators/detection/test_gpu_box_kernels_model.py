@@ -327,26 +327,6 @@ def test_one_table_per_batch(monkeypatch):
         assert [name for name, _, _ in null_device.LAUNCHES] == ["coord_transform", "box_best_anchor", "box_encode"]
 
 
-def _count_calls(fn) -> int:
-    import gc
-
-    calls = [0]
-
-    def profile(frame, event, arg):
-        if event == "call":
-            calls[0] += 1
-
-    gc.collect()
-    gc.disable()
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-        gc.enable()
-    return calls[0]
-
-
 @pytest.mark.parametrize("per_sample", [False, True], ids=["static", "per_sample"])
 def test_host_calls_do_not_grow_with_the_batch(per_sample):
     """Python calls of one GPU call at 4 and 36 samples (ragged, one flat buffer): the host plan is
@@ -371,7 +351,7 @@ def test_host_calls_do_not_grow_with_the_batch(per_sample):
                 op.run_gpu(BatchContext(batch_size=n), [xs], args)
                 enc.run_gpu(BatchContext(batch_size=n), [bs, ls], {})
 
-            calls[n] = _count_calls(once)
+            calls[n] = null_device.python_calls(once)
             assert dict(gpu_registry.FALLBACKS) == before
         assert calls[36] - calls[4] <= 8, calls
 

@@ -14,9 +14,7 @@ kernels/ragged_stats.cu), checked without a GPU three ways:
 What only a GPU can check (NVRTC, the launch itself) is tests/gpu/test_normalize_gpu.py.
 """
 
-import collections
 import ctypes
-import gc
 import itertools
 import os
 import pathlib
@@ -439,21 +437,7 @@ def test_every_input_type_through_the_host_built_kernel(device, host_lib, monkey
 def _count_calls(op, images, layout) -> int:
     x, batch = null_device.device_batch(images, layout)
     op.run_gpu(batch, [x], {})  # warm: kernels loaded, arenas made
-    calls = collections.Counter()
-
-    def profile(frame, event, arg):
-        if event == "call":
-            calls[0] += 1
-
-    gc.collect()
-    gc.disable()
-    sys.setprofile(profile)
-    try:
-        op.run_gpu(batch, [x], {})
-    finally:
-        sys.setprofile(None)
-        gc.enable()
-    return calls[0]
+    return null_device.python_calls(lambda: op.run_gpu(batch, [x], {}))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the stats kernel skipped: tables of whatever memory held)
