@@ -227,4 +227,6 @@ def _gpu_placements() -> None:
     gpu_registry.load_gpu_impls()
 
 
+from stoker.auto_aug import warp_group  # noqa: E402, F401 - registers _auto_aug.warp_group and case_group
+
 _gpu_placements()

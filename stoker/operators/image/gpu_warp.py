@@ -43,7 +43,9 @@ _HALF = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]])
 _UNHALF = np.array([[1.0, 0.0, -0.5], [0.0, 1.0, -0.5], [0.0, 0.0, 1.0]])
 
 
-def _kernel_takes(op, x) -> bool:
+def warp_kernel_takes(op, x) -> bool:
+    """True where the warp kernel takes batch ``x`` for ``op`` (a warp_affine or rotate instance):
+    2-D images (HWC, HW) of uint8 or float32 with at most 4 channels and no type change."""
     layout = x.layout() or ""
     if len(x) == 0 or layout not in ("", "HWC", "HW") or x.ndim not in (2, 3):
         return False
@@ -127,7 +129,7 @@ def rotate_plans(op, arg_inputs, in_hw: np.ndarray, nearest: bool):
 def gpu_rotate(op, batch, inputs, arg_inputs):
     """``fn.rotate`` on GPU batches."""
     x = inputs[0]
-    if not _kernel_takes(op, x) or op.args.get("axis") is not None or "axis" in arg_inputs:
+    if not warp_kernel_takes(op, x) or op.args.get("axis") is not None or "axis" in arg_inputs:
         # volumes (DHWC ...) rotate on the host; so does an image with an axis, which the host refuses
         return host_fallback(op, batch, inputs, arg_inputs)
     nearest = types.DALIInterpType(int(op.args["interp_type"])) == types.INTERP_NN
@@ -180,7 +182,7 @@ def gpu_warp_affine(op, batch, inputs, arg_inputs):
     """``fn.warp_affine`` on GPU batches (matrix as an argument)."""
     x = inputs[0]
     interp = op.args["interp_type"]
-    if len(inputs) > 1 or interp not in (types.INTERP_NN, types.INTERP_LINEAR) or not _kernel_takes(op, x):
+    if len(inputs) > 1 or interp not in (types.INTERP_NN, types.INTERP_LINEAR) or not warp_kernel_takes(op, x):
         return host_fallback(op, batch, inputs, arg_inputs)
     nearest = interp == types.INTERP_NN
     in_hw = x.geometry()[2][:, :2]

@@ -66,7 +66,11 @@ def case_indices(index: TensorListCPU, cases: int, what: str, operator: str = "s
     and NaN the last case. That is where a binary tree of ``index <= middle`` conditions sends
     each value, so an n-way select gives what nested two-way ifs would.
     """
-    values = _scalar_values(index, what, operator, origin)
+    return case_numbers(_scalar_values(index, what, operator, origin), cases)
+
+
+def case_numbers(values: np.ndarray, cases: int) -> np.ndarray:
+    """:func:`case_indices` of an array of numbers (one per sample)."""
     if values.dtype.kind == "f":
         values = np.where(np.isnan(values), cases - 1, np.ceil(values))
     return np.clip(values, 0, cases - 1).astype(np.int64)
