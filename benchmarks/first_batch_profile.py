@@ -1,10 +1,11 @@
 """Where a GPU pipeline's first batch goes: the time of each phase (import, pipeline object,
 build, first run) and a profile of the main thread over them.
 
-    python benchmarks/first_batch_profile.py DATA_DIR [--case baseline|rotate|...] [--top 25]
+    python benchmarks/first_batch_profile.py DATA_DIR [--case baseline|rotate|pipeline:ssd|...] [--top 25]
 
 Run it twice: the second process finds CuPy's kernel cache filled, as a user's second run does
-(issue 16 asks for a first batch within 1.0 s then). The case is one of ``gpu_op_table.py``'s.
+(issue 16 asks for a first batch within 1.0 s then). The case is one of ``gpu_op_table.py``'s
+(an operator, or ``pipeline:NAME``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,13 @@ def main() -> None:
 
     times["import_s"] = time.perf_counter() - t
 
-    @pipeline_def(batch_size=a.batch, num_threads=a.threads, device_id=0, seed=1)
+    whole = a.case.split(":", 1)[1] if a.case.startswith("pipeline:") else None
+
+    @pipeline_def(batch_size=a.batch, num_threads=a.threads, device_id=0, seed=1,
+                  enable_conditionals=whole in op_zoo.CONDITIONAL)
     def pipe():
+        if whole is not None:  # a whole pipeline of the zoo (pipeline:NAME, as gpu_op_table.py names it)
+            return {**op_zoo.PIPELINES, **op_zoo.PROBES}[whole](fn, types, a.root)
         x, labels = op_zoo.decode_resize(fn, types, a.root)
         if a.case != "baseline":
             x = op_zoo.OPS[a.case](fn, types, x)

@@ -229,6 +229,7 @@ def test_gpu_batch_in_one_launch_with_host_calls_independent_of_the_batch():
             assert dict(gpu_registry.FALLBACKS) == before
             assert [tuple(s.shape) for s in out.samples()] == [s.shape for s in images]
             null_device.LAUNCHES.clear()
-            calls[n] = null_device.python_calls(lambda: op.run_gpu(BatchContext(batch_size=n), [x], args))
+            calls[n] = null_device.python_calls(
+                lambda op=op, n=n, x=x, args=args: op.run_gpu(BatchContext(batch_size=n), [x], args))
             assert [name for name, _, _ in null_device.LAUNCHES] == ["warp_u8"]
         assert calls[48] <= calls[6] + 4, calls
