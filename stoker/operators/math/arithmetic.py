@@ -8,8 +8,6 @@ give bool; ``//`` of floating-point values divides exactly (as DALI does).
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from stoker.operators.base import Operator
@@ -86,9 +84,9 @@ def binary(expr: str, x, y, tx: np.dtype, ty: np.dtype, xp=np, out=None):
             xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
             return xp.true_divide(xx, yy, out=_into(out, out_t, xx, yy)).astype(out_t, copy=False)
         xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
-        # C-style integer division truncates toward zero (DALI's semantics)
-        with np.errstate(divide="ignore") if xp is np else contextlib.nullcontext():
-            q = xp.where(yy != 0, xp.trunc(xp.true_divide(xx, xp.where(yy == 0, 1, yy))), 0)
+        # C-style integer division truncates toward zero (DALI's semantics); a zero divisor gives 0.
+        # (Written without where(): CuPy's first where() loads cupyx, 0.55 s of a first batch.)
+        q = xp.trunc(xp.true_divide(xx, yy + (yy == 0))) * (yy != 0)
         return q.astype(out_t)
     if expr == "mod":
         xx, yy = xp.asarray(x, out_t), xp.asarray(y, out_t)
