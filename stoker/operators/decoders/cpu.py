@@ -146,7 +146,8 @@ def decode_cpu(data, output_type=types.RGB, dtype=np.uint8, adjust_orientation: 
 
 def tune_allocator_once() -> None:
     """What the first CPU decode does before anything else (see _tune_allocator); for the fused
-    paths that decode without calling :func:`decode_cpu`."""
+    paths that decode without calling :func:`decode_cpu`, and for every pipeline with host
+    operators when it is built."""
     if _ALLOCATOR_TUNED is None:
         _tune_allocator()
 

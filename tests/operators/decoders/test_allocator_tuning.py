@@ -42,3 +42,28 @@ def test_applied_on_glibc_and_decoding_still_works(clean_env):
     ok, enc = cv2.imencode(".png", img[:, :, ::-1])
     assert ok
     np.testing.assert_array_equal(cpu.decode_cpu(enc.reshape(-1)), img)
+
+
+def test_a_pipeline_without_a_decoder_tunes_it_when_built(clean_env):
+    """A host pipeline that never decodes (readers.numpy -> crop_mirror_normalize) makes image-sized
+    arrays all the same: building it applies the tuning once; a GPU-only graph leaves it alone."""
+    import stoker
+    import stoker.fn as fn
+
+    calls = []
+    clean_env.setattr(cpu, "_ALLOCATOR_TUNED", None)
+    clean_env.setattr(cpu, "_tune_allocator", lambda: calls.append(1) or cpu.__dict__.__setitem__(
+        "_ALLOCATOR_TUNED", False))
+    images = [np.zeros((8, 8, 3), np.uint8)] * 2
+
+    @stoker.pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        return fn.crop_mirror_normalize(fn.external_source(source=lambda: images, batch=True, layout="HWC"))
+
+    p = pipe()
+    p.build()
+    p.close()
+    q = pipe()
+    q.build()
+    q.close()
+    assert calls == [1]
