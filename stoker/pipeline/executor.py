@@ -34,6 +34,7 @@ from typing import Any
 from stoker import settings
 from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext, HostHalf
+from stoker.operators.decoders.cpu import tune_allocator_once
 from stoker.pipeline import conditionals, cpu_lanes, fusion, sample_drops
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
@@ -136,6 +137,8 @@ class Executor:
         # Per-sample operator chains run as one pool task per chunk (see stoker.pipeline.fusion);
         # STOKER_FUSE=0 runs every CPU node on its own.
         self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
+        if graph.cpu_nodes:  # host operators make image-sized arrays (decoders.cpu says why)
+            tune_allocator_once()
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
         self._batch_offload = start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))

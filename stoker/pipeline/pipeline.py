@@ -281,13 +281,6 @@ class Pipeline(PipelineExtras):
         graph = self.__dict__.pop("_early_graph", None) or Graph(self._outputs, self._recorded, self._seed)
         if graph.gpu_nodes:
             self._gpu = self._open_gpu(graph)
-        if graph.cpu_nodes:
-            # Host operators make fresh image-sized arrays every sample: glibc's defaults fault each
-            # one in again (readers.numpy -> crop_mirror_normalize on 2 cores: 3,170 img/s untuned,
-            # 4,630-4,890 tuned). The first CPU decode did it; pipelines without one did not.
-            from stoker.operators.decoders.cpu import tune_allocator_once
-
-            tune_allocator_once()
         tuning.settle(self, bool(graph.gpu_nodes))  # ("auto": provisional values, tuned below)
         for node in graph.nodes:
             inst = graph.instances[node.id]
