@@ -333,6 +333,13 @@ class TableArena:
     as it did with :class:`PinnedRing`'s few slots, where every operator took a slot and the ring
     came round within one batch: the launch thread then waited for the previous batch's kernels
     (H100, augmented pipeline: 29 ms of a 97 ms batch in the first operator's upload).
+
+    The event that guards a table's bytes is recorded once for many tables (:meth:`seal`, which
+    the executor calls at the end of each GPU stage, and every ``SEAL_EVERY`` uploads): creating
+    and recording one per table were two more CUDA calls per table, each letting go of the
+    interpreter lock that the GPU stage then waits to get back behind the pipeline's other
+    threads. An event recorded after a copy on its stream completes only after the copy, so one
+    event covers every table copied on that stream before it.
     """
 
     ALIGN = 256
@@ -341,6 +348,7 @@ class TableArena:
     # pool's allocator is a Python call, and the GPU stage made ~20 of them a batch for tables).
     # A chunk returns to the pool when its last table is dropped, as a table's own block did.
     CHUNK = 1 << 20
+    SEAL_EVERY = 32  # uploads without an event at most (tables copied outside a GPU stage too)
 
     def __init__(self, size: int = 16 << 20):
         self.size = size
@@ -348,6 +356,7 @@ class TableArena:
         self._head = 0
         self._lap = 0
         self._live: collections.deque = collections.deque()  # (lap, start, event), in order
+        self._unsealed: list = []  # (lap, start, stream) of copies no event guards yet, in order
         self._lock = threading.Lock()
         self._chunks: dict = {}  # stream pointer -> [device chunk (uint8), next free byte]
 
@@ -367,6 +376,7 @@ class TableArena:
     def _reserve(self, nbytes: int) -> int:
         n = -(-nbytes // self.ALIGN) * self.ALIGN
         if self._head + n > self.size:  # wrap: what is left of the older lap is the oldest
+            self._seal_locked()  # (the bytes about to be written again need their events)
             while self._live and self._live[0][0] < self._lap:
                 self._live.popleft()[2].synchronize()
             self._lap += 1
@@ -395,10 +405,30 @@ class TableArena:
             self._buf[start:start + nbytes] = host.reshape(-1).view(np.uint8)
             cp.cuda.runtime.memcpyAsync(out.data.ptr, self._buf.ctypes.data + start, nbytes,
                                         cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
-            ev = cp.cuda.Event(disable_timing=True)
-            ev.record(stream)
-            self._live.append((self._lap, start, ev))
+            self._unsealed.append((self._lap, start, stream))
+            if len(self._unsealed) >= self.SEAL_EVERY:
+                self._seal_locked()
         return out
+
+    def seal(self) -> None:
+        """Record one event per stream after the tables copied since the last seal: the host
+        writes their bytes again only once it has completed."""
+        if self._unsealed:
+            with self._lock:
+                self._seal_locked()
+
+    def _seal_locked(self) -> None:
+        if not self._unsealed:
+            return
+        cp = cupy()
+        events: dict = {}
+        for lap, start, stream in self._unsealed:
+            ev = events.get(stream.ptr)
+            if ev is None:
+                ev = events[stream.ptr] = cp.cuda.Event(disable_timing=True)
+                ev.record(stream)
+            self._live.append((lap, start, ev))
+        self._unsealed.clear()
 
 
 _module_cache: dict = {}

@@ -82,6 +82,13 @@ def table_arena(batch: BatchContext):
     return arena
 
 
+def seal_tables(device_id: int | None) -> None:
+    """Guard the tables a GPU stage uploaded with one event (``cuda.TableArena.seal``)."""
+    arena = _arenas.get(device_id or 0)
+    if arena is not None:
+        arena.seal()
+
+
 @register
 class ToGpu(Operator):
     """Copies a host batch to the GPU (what ``DataNode.gpu()`` records)."""

@@ -35,6 +35,7 @@ from stoker import settings
 from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext, HostHalf
 from stoker.operators.decoders.cpu import tune_allocator_once
+from stoker.operators.transfer import seal_tables
 from stoker.pipeline import conditionals, cpu_lanes, fusion, sample_drops
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
@@ -371,6 +372,7 @@ class Executor:
                     for key in self._last_use.get(node.id, ()):
                         if is_gpu_batch(it.values.get(key)):
                             del it.values[key]
+                seal_tables(self.gpu.device_id)  # (one event for the stage's tables)
                 it.done_event = self.gpu.record_event()
                 # Device intermediates go back to the pool now, not when the consumer takes the
                 # outputs (with a full output queue they were most of the memory held).

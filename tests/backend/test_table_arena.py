@@ -70,3 +70,54 @@ def test_tables_share_device_chunks_per_stream_without_overlapping():
         assert not chunks[0] & chunks[1], "two streams' tables shared a chunk"
         big = arena.upload(np.zeros((TableArena.CHUNK // 4 + 8) // 8, np.int64), streams[0])
         assert big.data.mem.nbytes == big.nbytes  # (a large table has its own allocation)
+
+
+def test_one_event_guards_many_tables_and_the_ring_never_overtakes_an_unguarded_copy():
+    """Events are recorded at seal(), per stream, every SEAL_EVERY uploads, and before the ring
+    comes round; a table's bytes are written again only after waiting for an event recorded after
+    its copy."""
+    with null_device.installed() as cp:
+        from stoker.backend.cuda import TableArena
+
+        made = []
+
+        class Counted(_Event):
+            def __init__(self):
+                self.recorded_after = None
+                made.append(self)
+
+            def record(self, stream=None):
+                self.recorded_after = copies[0]
+
+        copies = [0]
+        real_copy = cp.cuda.runtime.memcpyAsync
+
+        def copy(*args):
+            copies[0] += 1
+            return real_copy(*args)
+
+        cp.cuda.runtime.memcpyAsync = copy
+        cp.cuda.Event = lambda **kw: Counted()
+        arena = TableArena(size=1 << 20)
+        s1, s2 = cp.cuda.Stream(), cp.cuda.Stream()
+        for _ in range(10):
+            arena.upload(np.ones(8, np.int32), s1)
+        assert made == []  # no event per table
+        arena.upload(np.ones(8, np.int32), s2)
+        arena.seal()
+        assert len(made) == 2 and all(e.recorded_after == 11 for e in made)  # one per stream, after the copies
+        arena.seal()
+        assert len(made) == 2  # nothing new to guard
+        for _ in range(TableArena.SEAL_EVERY):
+            arena.upload(np.ones(8, np.int32), s1)
+        assert len(made) == 3  # sealed on its own after SEAL_EVERY uploads
+
+        small = TableArena(size=4096)  # 16 slots of 256 bytes: comes round after 16 tables
+        made.clear()
+        waited_for = []
+        Counted.synchronize = lambda self: waited_for.append(self.recorded_after)
+        before = copies[0]
+        for _ in range(20):
+            small.upload(np.ones(8, np.int32), s1)
+        assert made and waited_for, "the ring came round without waiting"
+        assert min(waited_for) >= before + 1  # each wait is on an event recorded after a copy of the ring
