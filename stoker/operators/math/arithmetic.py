@@ -144,6 +144,12 @@ class Arithmetic(Operator):
     )
     gpu_writes_in_place = True  # a float x / 255 after a cast reuses the cast's buffer
 
+    def bind_pipeline(self, pipe) -> None:
+        if self.device == "gpu":  # (CuPy's first arithmetic imports cupyx: do it now, beside the build)
+            from stoker.backend.cuda import preload_cupyx
+
+            preload_cupyx()
+
     def run_sample(self, inputs, args, ctx):
         return evaluate(self.args, inputs)
 
