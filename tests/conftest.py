@@ -5,6 +5,10 @@ import contextlib
 
 import pytest
 
+# the GPU tests' fixtures (cp, batch_ctx, rng, make_images): those tests sit beside their operators'
+# CPU tests all over the tree, and only the top conftest may name plugins
+pytest_plugins = ["gpu_fixtures"]
+
 
 def _cuda_available() -> bool:
     try:

@@ -104,7 +104,7 @@ def hardware_eligible(data: np.ndarray) -> tuple[int, int] | None:
     Otherwise None.
 
     Grayscale: the engines write it as RGB with the three channels equal, as the CPU decoders do
-    (identical to OpenCV's decode on an H100: tests/gpu/test_mixed_decode.py). About
+    (identical to OpenCV's decode on an H100: tests/operators/decoders/test_mixed_decode_gpu.py). About
     3 % of the benchmark set is grayscale; those used to take helper-process time instead."""
     if not has_end_marker(data):
         return None  # truncated: left to the CPU decoder, which reports it
@@ -419,7 +419,7 @@ class HardwareDecoder:
 
         The hardware engines write their output when the call is made, whatever is still queued
         on ``stream`` (nvJPEG's hardware backend disregards stream order for its writes:
-        tests/gpu/test_nvjpeg_order.py; torchcodec's pull request 1634 found the same). So the
+        tests/backend/test_nvjpeg_order_gpu.py; torchcodec's pull request 1634 found the same). So the
         host first waits for ``ready`` (a CuPy event after which the destination is free) or,
         without one, for ``stream``. Work queued on ``stream`` after the call sees the output."""
         try:

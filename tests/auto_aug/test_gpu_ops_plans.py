@@ -10,7 +10,7 @@
   and their host work does not grow with the batch (calls counted as in
   tests/operators/test_gpu_host_cost.py).
 
-The kernels' pixels are compared with the CPU on a GPU: tests/gpu/test_auto_aug_gpu.py.
+The kernels' pixels are compared with the CPU on a GPU: tests/auto_aug/test_auto_aug_gpu.py.
 """
 
 import ctypes

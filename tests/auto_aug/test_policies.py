@@ -272,7 +272,7 @@ def test_deterministic_policies_match_dali():
 def test_schemes_build_and_run_on_gpu_batches(scheme):
     """On the null device (CuPy's host half on NumPy, kernels skipped): GPU batches go through the
     per-sample ifs (they were refused at build) and come out with each sample's shape and type.
-    Their pixels are compared with the CPU's on a GPU (tests/gpu/test_conditionals_gpu.py)."""
+    Their pixels are compared with the CPU's on a GPU (tests/pipeline/test_conditionals_gpu.py)."""
     import os
     import sys
 

@@ -4,7 +4,7 @@ JPEGs whose Huffman data is damaged (bits flipped in the middle of a scan) while
 structure stays intact pass the structure check and are refused by the strict CPU decoder; the
 entropy check flags them, file by file as the strict CPU decoder does. The mixed decoders then
 send them to the CPU decoder, which skips or substitutes them with their name (here on the fake
-engines and the null CUDA device: no GPU needed; on a device: tests/gpu/test_mixed_entropy_check.py).
+engines and the null CUDA device: no GPU needed; on a device: tests/operators/decoders/test_mixed_entropy_check_gpu.py).
 """
 
 from __future__ import annotations

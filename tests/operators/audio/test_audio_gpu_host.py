@@ -11,7 +11,7 @@ values are compared with the CPU operator's here too.
 What does not: the values of the kernels (framing and power of ``spectrogram``, the
 ``mel_filter_bank``/``mfcc`` product, ``to_decibels``, ``audio_resample``) and of cuFFT (the
 null device's ``cupy.fft`` is NumPy's, fed frames the skipped kernel never wrote). Those are
-compared with the CPU on a GPU: tests/gpu/test_audio_gpu.py.
+compared with the CPU on a GPU: tests/operators/audio/test_audio_gpu.py.
 """
 
 import importlib

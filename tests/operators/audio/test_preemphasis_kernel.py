@@ -1,7 +1,7 @@
 """``preemphasis_filter``'s float32 kernel (stoker/kernels/preemphasis.cu), its source compiled for
 the host with g++ (tests/host_cuda.py), run by the GPU operator's own host half on the null
 device: the outputs must equal the CPU operator's to the bit, for every border, per-sample
-coefficients, and one-sample and empty signals. (On a GPU: tests/gpu/test_audio_gpu.py.)"""
+coefficients, and one-sample and empty signals. (On a GPU: tests/operators/audio/test_audio_gpu.py.)"""
 
 import ctypes
 import os

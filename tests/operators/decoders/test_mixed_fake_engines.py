@@ -2,7 +2,7 @@
 OpenCV (libjpeg-turbo) into the slots nvJPEG would write. Covers, without a GPU, what the GPU
 tests cannot isolate: the split between engines and pool, the flat buffer's layout, a refused
 engines' call redone on the host (also in the CPU stage under on_error="skip"), and a dropped
-batch's cancel. Pixels against the real engines: tests/gpu/test_mixed_decode.py."""
+batch's cancel. Pixels against the real engines: tests/operators/decoders/test_mixed_decode_gpu.py."""
 
 import ctypes
 import os

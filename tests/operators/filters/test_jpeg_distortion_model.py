@@ -93,7 +93,7 @@ def test_empty_image_passes_through():
 # each thread block run by 64 host threads (a barrier for __syncthreads), one launch's blocks one
 # after another. That checks the transcription (its integer steps, the table gpu_jpeg_distortion
 # plans, the pointer arithmetic of frames and scratch) against the model and the codec; what only
-# a GPU can check (NVRTC, launch limits, streams) is left to tests/gpu/test_jpeg_distortion_gpu.py.
+# a GPU can check (NVRTC, launch limits, streams) is left to tests/operators/filters/test_jpeg_distortion_gpu.py.
 
 HOST_SHIM = host_cuda.prelude("long long") + r"""
 using std::max;

@@ -11,7 +11,7 @@ kernels/ragged_stats.cu), checked without a GPU three ways:
     or (b): its mean and factor tables equal the per-sample path's, the host plan makes the same
     number of Python calls at 4 and 64 samples, uploads one stats table, launches once, never
     falls back.
-What only a GPU can check (NVRTC, the launch itself) is tests/gpu/test_normalize_gpu.py.
+What only a GPU can check (NVRTC, the launch itself) is tests/operators/image/test_normalize_gpu.py.
 """
 
 import ctypes

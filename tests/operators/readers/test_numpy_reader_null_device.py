@@ -3,7 +3,7 @@ on NumPy; copies are real memmoves, so the values that reach the "device" are th
 
 Checks the host half of stoker/operators/readers/gpu_numpy.py against the CPU reader: the staging,
 the one copy per batch, regions, Fortran order, bad files under every on_error, and the GPUDirect
-Storage path with a mocked kvikio. Real-GPU versions: tests/gpu/test_numpy_reader_gpu.py.
+Storage path with a mocked kvikio. Real-GPU versions: tests/operators/readers/test_numpy_reader_gpu.py.
 """
 
 import os

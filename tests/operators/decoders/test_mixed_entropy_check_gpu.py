@@ -17,7 +17,7 @@ import stoker.fn as fn
 from stoker import pipeline_def, types
 from stoker.errors import OperatorError
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reliability"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "reliability"))
 from reliability_images import jpeg_bytes, photo  # noqa: E402
 from test_jpeg_entropy_check import _CORPUS  # noqa: E402 - damaged files the strict CPU decoder refuses
 

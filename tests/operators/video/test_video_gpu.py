@@ -4,13 +4,9 @@ NVDEC hands over NV12 and stoker's kernel (video_color.cu) converts it with the 
 arithmetic, so frames should be equal; labels, frame numbers and timestamps are the CPU reader's.
 """
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "operators", "video")]
 pytest.importorskip("av")
 from clips import H264, write_clip  # noqa: E402
 

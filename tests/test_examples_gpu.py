@@ -9,9 +9,7 @@ import subprocess
 import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from test_examples import CASES, EXAMPLES, NEEDS, ROOT, TIMEOUT, _has, _result  # noqa: E402
+from test_examples import CASES, EXAMPLES, NEEDS, ROOT, TIMEOUT, _has, _result
 
 # Scripts whose result numbers come from decoded JPEGs: nvJPEG's IDCT and chroma upsampling round
 # differently from libjpeg-turbo's, by a level here and there, so their means move by hundredths.

@@ -2,14 +2,9 @@
 where installed). The same checks on the null device: tests/operators/readers/test_numpy_reader_null_device.py.
 """
 
-import os
-import sys
-
 import numpy as np
 import pytest
-
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "operators", "readers")]
-from numpy_gpu_helpers import CASES, assert_same, break_two, load_gpu_numpy, run, write_set  # noqa: E402
+from numpy_gpu_helpers import CASES, assert_same, break_two, load_gpu_numpy, run, write_set
 
 
 @pytest.fixture(autouse=True)

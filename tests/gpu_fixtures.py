@@ -1,4 +1,7 @@
-"""Fixtures for GPU tests: a CUDA stream and a BatchContext on it (tests here are marked ``gpu``)."""
+"""Fixtures of the GPU tests (those marked ``gpu``, beside their operators' CPU tests): CuPy, a CUDA
+stream and a BatchContext on it, a seeded generator and photo-like images of random sizes. Loaded for
+the whole tree by ``pytest_plugins`` in tests/conftest.py; a test module's own fixture of the same
+name (as tests/operators/tensor/test_gpu_cast_arithmetic_flat.py's ``cp``) still wins."""
 
 import numpy as np
 import pytest
