@@ -2,10 +2,12 @@
 
     python benchmarks/gpu_op_table.py DATA_DIR [--libs stoker,dali] [--ops all|rotate,hsv,...]
         [--pipelines augmented,detection] [--seconds 4] [--threads 16] [--batch 256] [--rounds 1]
-        [--old-tree PATH]
+        [--old-tree PATH] [--variant NAME:KEY=VALUE[,KEY=VALUE...]]
 
 ``--old-tree`` adds the library "stoker-old" (give it in ``--libs``): stoker imported from PATH
-(another checkout), to compare two versions of stoker beside DALI in one run.
+(another checkout), to compare two versions of stoker beside DALI in one run. ``--variant`` (may be
+repeated) adds the library NAME: stoker run with those environment variables (a setting's A/B, e.g.
+``--variant si05:STOKER_SWITCH_INTERVAL=0.00005 --libs stoker,si05,dali``).
 
 Operator table: reader -> mixed decode with random crop -> resize 256x256 -> the operator
 (``benchmarks/op_zoo.py``, random arguments as a user writes them) -> crop 224, one pipeline per
@@ -29,8 +31,28 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def parse_variant(text: str) -> tuple[str, dict]:
+    """``NAME:KEY=VALUE,KEY=VALUE`` -> (NAME, {KEY: VALUE}); NAME must start with "stoker" or be
+    free of the other libraries' names, and every pair needs a ``=``."""
+    name, sep, pairs = text.partition(":")
+    if not sep or not name or name in ("stoker", "stoker-old", "dali"):
+        raise ValueError(f"--variant {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] with a new NAME")
+    env = {}
+    for pair in pairs.split(","):
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--variant {text!r}: {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return name, env
+
+
+def is_stoker(lib: str) -> bool:
+    """stoker itself, another checkout of it (stoker-old) or a variant: anything but DALI."""
+    return lib != "dali"
+
+
 def _modules(lib: str):
-    if lib in ("stoker", "stoker-old"):  # (stoker-old: PYTHONPATH puts the other checkout first)
+    if is_stoker(lib):  # (stoker-old: PYTHONPATH puts the other checkout first; variants: their env)
         import stoker.fn as fn
         import stoker.types as types
         from stoker import pipeline_def
@@ -69,7 +91,7 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
 
     fn, types, pipeline_def = _modules(lib)
     timers: collections.Counter = collections.Counter()
-    if lib in ("stoker", "stoker-old"):
+    if is_stoker(lib):
         _instrument(timers)
 
     conditional = case.split(":", 1)[-1] in op_zoo.CONDITIONAL
@@ -153,7 +175,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--old-tree", default=None, help="a checkout of stoker to run as the library 'stoker-old'")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:KEY=VALUE,...: stoker with these environment variables, as the library NAME")
     a = ap.parse_args()
+    variants = {}
+    for text in a.variant:
+        name, extra = parse_variant(text)
+        variants[name] = dict(os.environ, **extra)
     old_env = None
     if a.old_tree:
         old_env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(a.old_tree),
@@ -167,7 +195,7 @@ def main() -> None:
                 cmd = [sys.executable, __file__, "--child", lib, a.root, case, str(a.seconds), str(a.threads),
                        str(a.batch)]
                 try:
-                    env = old_env if lib == "stoker-old" else None
+                    env = variants.get(lib) or (old_env if lib == "stoker-old" else None)
                     if lib == "stoker-old" and env is None:
                         raise SystemExit("--libs names stoker-old: give --old-tree")
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
