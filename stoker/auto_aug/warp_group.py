@@ -3,8 +3,8 @@
 A suite's shear_x, shear_y, translate_x, translate_y and rotate all resample the image through an
 affine matrix, with the same fill value and interpolation. Run as separate branches of a
 per-sample ``select``, each costs a split, an operator call (and on the GPU a launch) and a share of
-the merge for the few samples that chose it: on the GPU, where each call's host cost is the price,
-that was a fifth of a TrivialAugment batch. :func:`stoker.auto_aug.core.select` sends the samples
+the merge for the few samples that chose it; on the GPU each call's host cost is what a batch
+pays (benchmarks/RESULTS.md has the before and after). :func:`stoker.auto_aug.core.select` sends the samples
 of all of them to one branch instead, where ``_auto_aug.warp_group`` looks up each sample's
 augmentation and parameter in a table and warps the batch in one step.
 

@@ -108,9 +108,10 @@ _cupyx_preload: threading.Thread | None = None
 
 def preload_cupyx() -> None:
     """Import ``cupyx.scipy.sparse`` on a thread of its own, once per process. CuPy's first
-    element-wise arithmetic on device arrays loads it (and SciPy's sparse module with it): 0.58 s
-    of segmentation's first batch on an H100, paid in the GPU stage. Operators that will do such
-    arithmetic start it when their pipeline is built, beside the rest of the build."""
+    element-wise arithmetic on device arrays loads it (and SciPy's sparse module with it), about
+    half a second that a first batch otherwise waits for in its GPU stage (benchmarks/RESULTS.md).
+    Operators that will do such arithmetic start it when their pipeline is built, beside the rest
+    of the build."""
     global _cupyx_preload
     with _pool_lock:
         if _cupyx_preload is not None:
