@@ -12,6 +12,7 @@ import numpy as np
 
 from stoker.operators.base import BatchContext, Operator
 from stoker.operators.schema import Schema, register
+from stoker.tensors import TensorListCPU
 
 
 def upload_batch(host, batch: BatchContext):
@@ -95,12 +96,29 @@ class ToGpu(Operator):
 
     schema = Schema(name="_to_gpu", doc="Copies a CPU batch to the GPU.", devices=("mixed", "gpu"))
 
+    def prepare_host(self, batch, inputs, arg_inputs):
+        """With ``STOKER_STAGE_UPLOADS=1``, a large host batch is packed into pinned memory here, in
+        the CPU stage (:mod:`stoker.operators.staged_upload`); None otherwise."""
+        from stoker import settings
+
+        x = inputs[0] if inputs else None
+        if not settings.get().stage_uploads or not isinstance(x, TensorListCPU):
+            return None
+        from stoker.operators.staged_upload import stage
+
+        return stage(x)
+
     def run_gpu(self, batch, inputs, arg_inputs):
         from stoker.tensors_gpu import TensorListGPU
 
         x = inputs[0]
         if isinstance(x, TensorListGPU):
             return [x]
+        prepared = batch.prepared
+        if prepared is not None and getattr(prepared, "view", None) is not None:
+            from stoker.operators.staged_upload import finish
+
+            return [finish(prepared, batch)]
         return [upload_batch(x, batch)]
 
 

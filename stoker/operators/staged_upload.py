@@ -1,0 +1,105 @@
+"""``_to_gpu``'s host half in the CPU stage (``STOKER_STAGE_UPLOADS=1``; off until it is measured
+on a GPU beside the default).
+
+``.gpu()`` packs a host batch into pinned memory and queues one copy. By default both happen in the
+GPU stage, whose thread then spends the packing (several MB a batch of decoded audio: a third of
+that thread's busy time in the GPU speech front end) away from launching the batch's kernels. With
+the setting on, a batch of at least :data:`MIN_BYTES` is packed by the CPU stage, ahead of its GPU
+stage, into pinned memory of its own, and the GPU stage only allocates the device buffer and queues
+the copy. The pinned memory is kept until an event recorded after the copy has completed (CuPy's
+pinned pool does not follow streams). The device batch has the forms ``upload_batch`` gives: one
+dense array when every sample has one shape, else one flat buffer (256-byte aligned samples).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from stoker.operators.base import HostHalf
+
+MIN_BYTES = 1 << 20  # smaller batches (per-sample arguments, masks) are copied by the GPU stage as before
+ALIGN = 256  # (PinnedRing.upload_many's alignment of ragged samples)
+
+_in_flight: collections.deque = collections.deque()  # (event, pinned memory) until the copy is done
+_in_flight_lock = threading.Lock()
+
+
+class StagedUpload(HostHalf):
+    """A host batch packed into pinned memory: the bytes, where each sample lies, and its form."""
+
+    def __init__(self, mem, view: np.ndarray, dense_shape, dtype, offsets, shapes, layout: str, sources):
+        self.mem, self.view = mem, view
+        self.dense_shape, self.dtype, self.offsets, self.shapes = dense_shape, dtype, offsets, shapes
+        self.layout, self.sources = layout, sources
+
+    def cancel(self) -> None:
+        self.mem = self.view = None  # (no copy was queued from it: the memory goes back now)
+
+
+def stage(host) -> StagedUpload | None:
+    """Pack ``host`` (a TensorListCPU) into pinned memory, or None when it is smaller than
+    :data:`MIN_BYTES` or empty (then the GPU stage copies it as before)."""
+    from stoker.backend import cuda
+
+    dense = getattr(host, "_dense", None)  # (set by operators that make their batch as one array)
+    if dense is not None and len(dense) == len(host):
+        samples, dense_shape = [np.ascontiguousarray(dense)], tuple(dense.shape)
+    else:
+        # np.asarray(order="C"), not ascontiguousarray: that one turns 0-d samples into shape (1,)
+        samples = [np.asarray(s, order="C") for s in host.samples()]
+        if not samples:
+            return None
+        same = len({s.shape for s in samples}) == 1 and len({s.dtype for s in samples}) == 1
+        dense_shape = (len(samples), *samples[0].shape) if same else None
+    sizes = np.array([s.nbytes for s in samples], np.int64)
+    if dense_shape is not None:
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        total = int(sizes.sum())
+    else:
+        padded = -(-sizes // ALIGN) * ALIGN
+        offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
+        total = int(padded.sum())
+    if total < MIN_BYTES:
+        return None
+    mem = cuda.cupy().cuda.alloc_pinned_memory(total)
+    view = np.frombuffer(mem, np.uint8, total)
+    for s, off in zip(samples, offsets.tolist()):
+        view[off:off + s.nbytes] = s.reshape(-1).view(np.uint8)
+    shapes = None if dense_shape is not None else [s.shape for s in samples]
+    return StagedUpload(mem, view, dense_shape, samples[0].dtype, offsets, shapes, host.layout(),
+                        host.source_info())
+
+
+def finish(prep: StagedUpload, batch):
+    """The device batch of a staged upload: its buffer allocated and its one copy queued on the
+    batch's stream (the host does not wait)."""
+    from stoker.backend import cuda
+    from stoker.tensors_gpu import TensorListGPU
+
+    cp = cuda.cupy()
+    stream = cuda.current_stream(batch)
+    total = prep.view.size
+    out = cp.empty(prep.dense_shape, prep.dtype) if prep.dense_shape is not None else cp.empty(total, cp.uint8)
+    cp.cuda.runtime.memcpyAsync(out.data.ptr, prep.view.ctypes.data, total, cp.cuda.runtime.memcpyHostToDevice,
+                                stream.ptr)
+    event = cp.cuda.Event(disable_timing=True)
+    event.record(stream)
+    _keep_until_done(event, prep.mem)
+    prep.mem = prep.view = None
+    if prep.dense_shape is not None:
+        return TensorListGPU(out, prep.layout, prep.sources)
+    # (ragged: a flat buffer; its size is a multiple of 256, so of any element size)
+    dtype = np.dtype(prep.dtype)
+    shapes = np.asarray(prep.shapes, np.int64).reshape(len(prep.shapes), -1)
+    return TensorListGPU.from_flat(out.view(dtype), prep.offsets // dtype.itemsize, shapes, prep.layout,
+                                   prep.sources)
+
+
+def _keep_until_done(event, mem) -> None:
+    with _in_flight_lock:
+        while _in_flight and _in_flight[0][0].done:
+            _in_flight.popleft()
+        _in_flight.append((event, mem))
