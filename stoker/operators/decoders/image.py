@@ -26,6 +26,7 @@ from stoker.operators.decoders.cpu import DEFAULT_MAX_ASPECT_RATIO, DEFAULT_MAX_
 from stoker.operators.decoders.formats import ImageFormatError, read_info
 from stoker.operators.random.crop_window import sample_crop_window
 from stoker.operators.schema import Arg, Schema, register
+from stoker.tensors import DenseRows
 
 _GPU_ONLY = "only matters for device='mixed'; accepted and ignored on the CPU"
 
@@ -339,8 +340,8 @@ class ImageDecoderSlice(_ImageDecoderBase):
         rows = np.flatnonzero(known)
         try:
             wins = roi_mod.positional_slice_windows(
-                sizes[rows, 0], sizes[rows, 1], self.axes, [arg_inputs[self.ANCHOR_INPUT][i] for i in rows.tolist()],
-                [arg_inputs[self.SHAPE_INPUT][i] for i in rows.tolist()], bool(self.args["normalized_anchor"]),
+                sizes[rows, 0], sizes[rows, 1], self.axes, _at_rows(arg_inputs[self.ANCHOR_INPUT], rows),
+                _at_rows(arg_inputs[self.SHAPE_INPUT], rows), bool(self.args["normalized_anchor"]),
                 bool(self.args["normalized_shape"]))
         except ValueError:
             return None
@@ -414,6 +415,14 @@ class PeekImageShape(Operator):
     def output_layouts(self, input_layouts):
         return [""]
 
+
+
+def _at_rows(values, rows: np.ndarray):
+    """The per-sample values of ``rows``: one array when the batch is held as one (DenseRows), else
+    a list of the samples' arrays."""
+    if isinstance(values, DenseRows):
+        return values.array[rows]
+    return [values[i] for i in rows.tolist()]
 
 
 def _given(args: dict, name: str) -> bool:

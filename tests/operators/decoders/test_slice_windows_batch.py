@@ -58,3 +58,27 @@ def test_decoder_batch_windows_keep_unknown_rows_empty_and_refuse_named_argument
         assert tuple(got[i]) == roi.positional_slice_window(int(sizes[i, 0]), int(sizes[i, 1]), op.axes,
                                                             args[op.ANCHOR_INPUT][i], args[op.SHAPE_INPUT][i])
     assert op.batch_windows({**args, "rel_start": [np.float32([0.1, 0.1])] * 3}, sizes, known) is None
+
+
+def test_batch_windows_take_a_batch_held_as_one_array():
+    """The mixed decoder hands image_slice's anchor and shape batches over as they are held: one
+    (N, k) array (DenseRows) for a whole-batch operator's output. The windows equal those of the
+    same values given sample by sample."""
+    from stoker.tensors import DenseRows
+
+    cls = get_operator("decoders.image_slice")
+    static, _ = cls.schema.bind({}, lambda v: False)
+    op = cls(static, "mixed")
+    rng = np.random.default_rng(5)
+    n = 30
+    sizes = np.column_stack([rng.integers(50, 300, n), rng.integers(50, 300, n)])
+    known = np.ones(n, bool)
+    known[[3, 17]] = False  # (rows of unknown size stay zero)
+    anchors = rng.uniform(0, 0.4, (n, 2)).astype(np.float32)
+    shapes = rng.uniform(0.2, 0.5, (n, 2)).astype(np.float32)
+    as_list = op.batch_windows({op.ANCHOR_INPUT: list(anchors), op.SHAPE_INPUT: list(shapes)}, sizes, known)
+    as_rows = op.batch_windows({op.ANCHOR_INPUT: DenseRows(anchors), op.SHAPE_INPUT: DenseRows(shapes)},
+                               sizes, known)
+    assert as_list is not None and as_rows is not None
+    np.testing.assert_array_equal(as_rows, as_list)
+    assert not as_rows[[3, 17]].any() and (as_rows[known, 2:] > 0).all()

@@ -114,7 +114,8 @@ def _slice_inputs(op, kind, inputs, arg_inputs):
     step of the mixed decode (windows, host decodes) sees one input, the encoded data."""
     if kind != "image_slice" or len(inputs) != 3:
         return inputs, arg_inputs
-    return inputs[:1], {**arg_inputs, op.ANCHOR_INPUT: inputs[1].samples(), op.SHAPE_INPUT: inputs[2].samples()}
+    # (arg_samples: a batch held as one array stays one array, for the batch's windows in one step)
+    return inputs[:1], {**arg_inputs, op.ANCHOR_INPUT: inputs[1].arg_samples(), op.SHAPE_INPUT: inputs[2].arg_samples()}
 
 
 def _impl(kind):
