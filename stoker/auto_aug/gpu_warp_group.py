@@ -11,22 +11,17 @@ import numpy as np
 
 from stoker import types
 from stoker.auto_aug.warp_group import ROTATION
-from stoker.operators.gpu_registry import host_fallback, register_gpu
+from stoker.operators.gpu_registry import batch_column, host_fallback, register_gpu
 from stoker.operators.image.geometry_batch import PerSample
 from stoker.operators.image.gpu_warp import rotate_plans, warp_affine_plans, warp_batch, warp_kernel_takes
-
-
-def _column(arg_inputs: dict, name: str, default, n: int) -> np.ndarray:
-    values = arg_inputs.get(name)
-    return np.full(n, default) if values is None else np.asarray(values).reshape(n)
 
 
 def warp_group_plans(op, arg_inputs: dict, in_hw: np.ndarray, nearest: bool):
     """``(matrices (n, 6) float64, output sizes (n, 2))`` of the batch: rotations by ``rotate``'s
     planner, shears and translations by ``warp_affine``'s on their ``transforms.*`` matrices."""
     n = len(in_hw)
-    op_index, row = _column(arg_inputs, "op_index", np.nan, n), _column(arg_inputs, "row", op.args.get("row", 0), n)
-    kinds, params = op.choices(op_index, row)
+    kinds, params = op.choices(batch_column(op, arg_inputs, "op_index", n, np.nan),
+                               batch_column(op, arg_inputs, "row", n, 0.0))
     matrices, out_hw = np.empty((n, 6)), np.empty((n, 2), np.int64)
     rot = kinds == ROTATION
     if rot.any():

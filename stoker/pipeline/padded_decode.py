@@ -33,7 +33,7 @@ from stoker.operators.decoders import cpu, turbo
 from stoker.operators.image import resample_torch
 from stoker.operators.image.resample import padded_rgb_plan, resample_padded
 from stoker.operators.image.resize import resize_filters
-from stoker.pipeline.reduced_decode import colour_jpeg_window, resize_plan_for
+from stoker.pipeline.reduced_decode import colour_jpeg_window, resize_plan_for, resize_reads_alone
 
 __all__ = ["PaddedDecode", "plan_for", "run_pair"]
 
@@ -71,12 +71,7 @@ def plan_for(chain: list, graph) -> PaddedDecode | None:
         v = rsz.args.get(k)
         if k not in nxt.arg_inputs and v is not None and int(v) not in _LINEAR:
             return None
-    # The decoder's output must have no reader but the resize (it becomes a strided view).
-    for node in graph.nodes:
-        for j, x in enumerate([*node.inputs, *node.arg_inputs.values(), *node.control_inputs]):
-            if x.source is head and (node is not nxt or j >= len(node.inputs)):
-                return None
-    if any(o.source is head for o in graph.outputs):
+    if not resize_reads_alone(graph, head, nxt):  # (the decoded image becomes a strided view)
         return None
     return PaddedDecode(random_crop=head.op_name == "decoders.image_random_crop")
 

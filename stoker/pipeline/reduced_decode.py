@@ -75,14 +75,20 @@ def plan_for(chain: list, graph) -> ReducedDecode | None:
     if nxt.inputs[0].index != 0 or any(rsz.args.get(k) is not None or k in nxt.arg_inputs
                                        for k in ("roi_start", "roi_end")):
         return None
-    # The decoder's output must have no reader but the resize (its value is not kept).
+    if not resize_reads_alone(graph, head, nxt):  # (its value is not kept)
+        return None
+    return ReducedDecode(random_crop=head.op_name == "decoders.image_random_crop")
+
+
+def resize_reads_alone(graph, head, nxt) -> bool:
+    """Whether the decoder node ``head``'s output has no reader but the resize ``nxt``'s first input
+    (no other node, argument, control input or pipeline output): the fused paths then need not
+    keep, or can reshape, the decoded image."""
     for node in graph.nodes:
         for j, x in enumerate([*node.inputs, *node.arg_inputs.values(), *node.control_inputs]):
             if x.source is head and (node is not nxt or j >= len(node.inputs)):
-                return None
-    if any(o.source is head for o in graph.outputs):
-        return None
-    return ReducedDecode(random_crop=head.op_name == "decoders.image_random_crop")
+                return False
+    return not any(o.source is head for o in graph.outputs)
 
 
 def run_pair(plan: ReducedDecode, dec, rsz, data, dec_args: dict, dec_ctx, rsz_args: dict):

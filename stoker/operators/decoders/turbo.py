@@ -305,21 +305,33 @@ def _decoded_span(quick, h, sub: int, window, W: int) -> tuple[int, int, int]:
     return max(0, x - x % mcu - mcu), min(W, x + ww + mcu), y
 
 
-def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
-    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
-    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
-    y, x, hh, ww = (int(v) for v in window)
+def _opened_window(buf: np.ndarray, window):
+    """``(handle, library, buf, subsampling, height, width)`` of a JPEG whose header TurboJPEG read,
+    when the ``(y, x, h, w)`` window is non-empty and inside the image and the subsampling is one
+    the partial decodes know; else None."""
+    y, x, hh, ww = window
     if hh <= 0 or ww <= 0:
         return None  # a 0-sized region means "everything" to TurboJPEG
     opened = _opened(buf)
     if opened is None:
         return None
     h, quick, buf = opened
-    ptr, size = buf.ctypes.data, buf.size
     sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
     W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
     if not 0 <= sub < len(_MCU_WIDTH) or y < 0 or x < 0 or y + hh > H or x + ww > W:
         return None
+    return h, quick, buf, sub, H, W
+
+
+def decode_window(buf: np.ndarray, window, bgr: bool = False) -> np.ndarray | None:
+    """Decode the ``(y, x, h, w)`` window of a colour JPEG (1D uint8 ``buf``) to an HWC uint8 array
+    (RGB, or BGR), or return None when partial decoding is unavailable or fails."""
+    y, x, hh, ww = (int(v) for v in window)
+    found = _opened_window(buf, (y, x, hh, ww))
+    if found is None:
+        return None
+    h, quick, buf, sub, H, W = found
+    ptr, size = buf.ctypes.data, buf.size
     x0, x1, top = _decoded_span(quick, h, sub, (y, x, hh, ww), W)
     if quick.tj3SetScalingFactor(h, _UNSCALED) != 0 or \
             quick.tj3SetCroppingRegion(h, _Region(x0, top, x1 - x0, y + hh - top)) != 0:
@@ -351,17 +363,11 @@ def decode_padded(buf: np.ndarray, window, margins, bgr: bool = False, expect: t
     the file fails or warns (corrupt data, an unusual layout): the caller then decodes as usual,
     which reports or handles it."""
     y, x, hh, ww = (int(v) for v in window)
-    if hh <= 0 or ww <= 0:
+    found = _opened_window(buf, (y, x, hh, ww))
+    if found is None or found[3] == _TJSAMP_GRAY:
         return None
-    opened = _opened(buf)
-    if opened is None:
-        return None
-    h, quick, buf = opened
+    h, quick, buf, sub, H, W = found
     ptr, size = buf.ctypes.data, buf.size
-    sub = quick.tj3Get(h, _TJPARAM_SUBSAMP)
-    W, H = quick.tj3Get(h, _TJPARAM_JPEGWIDTH), quick.tj3Get(h, _TJPARAM_JPEGHEIGHT)
-    if not 0 <= sub < len(_MCU_WIDTH) or sub == _TJSAMP_GRAY or y < 0 or x < 0 or y + hh > H or x + ww > W:
-        return None
     if expect is not None and (H, W) != tuple(expect):
         return None  # libjpeg reads the frame differently from the caller's header parser
     if (y, x, hh, ww) == (0, 0, H, W):
