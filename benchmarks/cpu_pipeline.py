@@ -2,6 +2,7 @@
 
     python benchmarks/cpu_pipeline.py DATA_DIR [--threads 2] [--batch 64] [--seconds 15] [--libs ...]
     python benchmarks/cpu_pipeline.py DATA_DIR --fast [--libs stoker,dali]   # adds stoker-fast and PSNR
+    python benchmarks/cpu_pipeline.py DATA_DIR --libs stoker,stoker-old,dali --old-tree PATH
 
 Pipelines (same augmentations everywhere):
   train: read file, decode with random crop (area 0.08-1, aspect 3/4-4/3), resize to 224x224,
@@ -12,9 +13,10 @@ Libraries: ``stoker`` (its DALI-style API), ``stoker-unfused`` (the same with ``
 every CPU operator over the whole batch on its own, no operator fusion), ``stoker-fast`` (the same with
 ``STOKER_REDUCED_SIZE_DECODE=1``: JPEGs decoded at a reduced size where the resize shrinks them; ``--fast``
 adds it to ``--libs`` and, before the timings, prints the PSNR of its outputs against stoker's exact
-path over one pass of the data, per pipeline), ``dali`` (NVIDIA DALI's CPU
-pipeline, when installed), ``torchvision`` (torch DataLoader with ``--threads`` worker processes, PIL
-decode, transforms v2).
+path over one pass of the data, per pipeline), ``stoker-old`` (another checkout of stoker, the folder
+holding its ``stoker`` package given by ``--old-tree``: before and after a change in one run),
+``dali`` (NVIDIA DALI's CPU pipeline, when installed), ``torchvision`` (torch DataLoader with
+``--threads`` worker processes, PIL decode, transforms v2).
 Each runs in its own subprocess; prints one JSON line per (library, pipeline) with images/s, the CPU
 time per image (the process and its worker processes: comparable even when other work shares the
 machine) and the 1-minute load average at the end, then the ratios per round.
@@ -206,6 +208,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--old-tree", default=None, help="a checkout of stoker to run as the library 'stoker-old'")
     ap.add_argument("--fast", action="store_true",
                     help="also run stoker-fast (reduced-size JPEG decode) and print its PSNR against stoker")
     a = ap.parse_args()
@@ -214,13 +217,20 @@ def main() -> None:
             a.libs += ",stoker-fast"
         for kind in a.pipelines.split(","):
             print(json.dumps(quality(a.root, kind, a.batch, a.threads)), flush=True)
+    old_env = None
+    if a.old_tree:  # the other checkout first on the path: its stoker is the one imported
+        old_env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(a.old_tree),
+                                                               os.environ.get("PYTHONPATH", "")]))
+    elif "stoker-old" in a.libs.split(","):
+        raise SystemExit("--libs names stoker-old: give --old-tree")
     results = []
     for rnd in range(a.rounds):
         for kind in a.pipelines.split(","):
             for lib in a.libs.split(","):
                 cmd = [sys.executable, __file__, "--child", lib, a.root, kind, str(a.batch), str(a.threads),
                        str(a.seconds)]
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                env = old_env if lib == "stoker-old" else None
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
                 lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
                 res = json.loads(lines[-1]) if lines else {"lib": lib, "pipeline": kind,
                                                            "error": p.stderr.strip()[-400:]}
