@@ -22,6 +22,10 @@ from stoker.operators.base import HostHalf
 
 MIN_BYTES = 1 << 20  # smaller batches (per-sample arguments, masks) are copied by the GPU stage as before
 ALIGN = 256  # (PinnedRing.upload_many's alignment of ragged samples)
+# From this size on, the pipeline's threads pack a batch together: one thread copies a few GB/s
+# (NumPy lets go of the GIL while it copies), so a speech batch of 10+ MB would take milliseconds.
+PARALLEL_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20  # the copies are cut into pieces of at most this many bytes, shared out evenly
 
 _in_flight: collections.deque = collections.deque()  # (event, pinned memory) until the copy is done
 _in_flight_lock = threading.Lock()
@@ -39,9 +43,10 @@ class StagedUpload(HostHalf):
         self.mem = self.view = None  # (no copy was queued from it: the memory goes back now)
 
 
-def stage(host) -> StagedUpload | None:
+def stage(host, pool=None) -> StagedUpload | None:
     """Pack ``host`` (a TensorListCPU) into pinned memory, or None when it is smaller than
-    :data:`MIN_BYTES` or empty (then the GPU stage copies it as before)."""
+    :data:`MIN_BYTES` or empty (then the GPU stage copies it as before). With ``pool`` (the
+    pipeline's thread pool) a batch of :data:`PARALLEL_BYTES` or more is packed by several threads."""
     from stoker.backend import cuda
 
     dense = getattr(host, "_dense", None)  # (set by operators that make their batch as one array)
@@ -66,11 +71,39 @@ def stage(host) -> StagedUpload | None:
         return None
     mem = cuda.cupy().cuda.alloc_pinned_memory(total)
     view = np.frombuffer(mem, np.uint8, total)
-    for s, off in zip(samples, offsets.tolist()):
-        view[off:off + s.nbytes] = s.reshape(-1).view(np.uint8)
+    pack(view, samples, offsets.tolist(), pool if total >= PARALLEL_BYTES else None)
     shapes = None if dense_shape is not None else [s.shape for s in samples]
     return StagedUpload(mem, view, dense_shape, samples[0].dtype, offsets, shapes, host.layout(),
                         host.source_info())
+
+
+def pack(view: np.ndarray, samples: list, offsets: list, pool=None) -> None:
+    """Copy each C-contiguous array of ``samples`` into the uint8 ``view`` at its byte offset. With
+    ``pool`` the copies are cut into pieces of :data:`PIECE_BYTES` and shared out in contiguous runs
+    of about equal bytes, one run on this thread and the rest on the pool's threads."""
+    pieces = []  # (destination, source) byte views
+    for s, off in zip(samples, offsets):
+        src = s.reshape(-1).view(np.uint8)
+        step = PIECE_BYTES if pool is not None else max(src.size, 1)
+        for start in range(0, src.size, step):
+            piece = src[start:start + step]
+            pieces.append((view[off + start:off + start + piece.size], piece))
+    runs = min(len(pieces), getattr(pool, "_max_workers", 1) + 1)
+    if pool is None or runs <= 1:
+        _copy(pieces)
+        return
+    ends = np.cumsum([p[1].size for p in pieces])
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, runs) / runs, side="left") + 1
+    groups = [g for g in np.split(np.arange(len(pieces)), cuts) if g.size]
+    futures = [pool.submit(_copy, [pieces[i] for i in g]) for g in groups[1:]]
+    _copy([pieces[i] for i in groups[0]])
+    for f in futures:
+        f.result()
+
+
+def _copy(pieces) -> None:
+    for dst, src in pieces:
+        dst[...] = src
 
 
 def finish(prep: StagedUpload, batch):

@@ -106,7 +106,7 @@ class ToGpu(Operator):
             return None
         from stoker.operators.staged_upload import stage
 
-        return stage(x)
+        return stage(x, batch.pool)
 
     def run_gpu(self, batch, inputs, arg_inputs):
         from stoker.tensors_gpu import TensorListGPU

@@ -29,7 +29,7 @@ def _batches(kind, rng):
     return [[rng.integers(0, 256, (8, 8, 3), np.uint8) for _ in range(4)] for _ in range(3)]  # small
 
 
-def _run(kind, staged, monkeypatch):
+def _run(kind, staged, monkeypatch, threads=1):
     from stoker.operators import staged_upload
 
     rng = np.random.default_rng(3)
@@ -37,8 +37,8 @@ def _run(kind, staged, monkeypatch):
     made = []
     real_stage = staged_upload.stage
 
-    def recording(host):
-        out = real_stage(host)
+    def recording(host, pool=None):
+        out = real_stage(host, pool)
         made.append((threading.current_thread().name, out is not None))
         return out
 
@@ -46,7 +46,7 @@ def _run(kind, staged, monkeypatch):
     it = iter(batches)
     outs = []
     with settings.override(stage_uploads=staged):
-        @stoker.pipeline_def(batch_size=len(batches[0]), num_threads=1, device_id=0, prefetch_queue_depth=1)
+        @stoker.pipeline_def(batch_size=len(batches[0]), num_threads=threads, device_id=0, prefetch_queue_depth=1)
         def pipe():
             return fn.external_source(source=lambda: next(it), batch=True).gpu()
 
@@ -60,11 +60,15 @@ def _run(kind, staged, monkeypatch):
     return batches, outs, made
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("kind", ["dense", "same_shape", "ragged"])
-def test_large_batches_are_staged_in_the_cpu_stage_with_the_same_result(kind, monkeypatch):
+def test_large_batches_are_staged_in_the_cpu_stage_with_the_same_result(kind, threads, monkeypatch):
+    from stoker.operators import staged_upload
+
+    monkeypatch.setattr(staged_upload, "PARALLEL_BYTES", 1 << 20)  # (3 threads: the pool packs them)
     with null_device.installed():
-        batches, got, made = _run(kind, True, monkeypatch)
-        _, want, _ = _run(kind, False, monkeypatch)
+        batches, got, made = _run(kind, True, monkeypatch, threads)
+        _, want, _ = _run(kind, False, monkeypatch, threads)
     assert made and all(staged for _, staged in made)
     assert all(name != "stoker-gpu-stage" for name, _ in made)  # (the CPU stage's thread)
     for batch, (g, g_flat, g_dense), (w, w_flat, w_dense) in zip(batches, got, want):
@@ -103,3 +107,51 @@ def test_a_cancelled_staging_falls_back_to_the_gpu_stage_copy():
         (out,) = op.run_gpu(batch, [host], {})
         for a, b in zip(out.as_cpu().samples(), samples):
             np.testing.assert_array_equal(np.array(a), b)
+
+
+@pytest.mark.parametrize("sizes", [[3_000_000], [5, 1_500_000, 0, 2_700_001, 64, 900_000], [10] * 40])
+def test_packing_with_the_pool_gives_the_bytes_one_thread_gives(sizes):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stoker.operators import staged_upload
+
+    rng = np.random.default_rng(5)
+    samples = [rng.integers(0, 256, n, np.uint8) for n in sizes]
+    offsets = np.concatenate([[0], np.cumsum([-(-n // 256) * 256 for n in sizes])]).tolist()
+    total = offsets.pop()
+    alone, shared = np.zeros(total, np.uint8), np.zeros(total, np.uint8)
+    staged_upload.pack(alone, samples, offsets)
+    threads = set()
+    with ThreadPoolExecutor(4) as pool:
+        real_copy = staged_upload._copy
+
+        def copy(pieces):
+            threads.add(threading.current_thread().name)
+            real_copy(pieces)
+
+        staged_upload._copy = copy
+        try:
+            staged_upload.pack(shared, samples, offsets, pool)
+        finally:
+            staged_upload._copy = real_copy
+    np.testing.assert_array_equal(alone, shared)
+    for s, off in zip(samples, offsets):
+        np.testing.assert_array_equal(shared[off:off + s.size], s)
+    if sum(sizes) > staged_upload.PIECE_BYTES:  # more than one piece: the pool's threads help
+        assert len(threads) > 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["dense", "same_shape", "ragged"])
+def test_staged_uploads_on_the_gpu_give_the_gpu_stage_copy(kind, monkeypatch):
+    from stoker.operators import staged_upload
+
+    monkeypatch.setattr(staged_upload, "PARALLEL_BYTES", 1 << 20)  # (the pool packs these batches too)
+    batches, got, made = _run(kind, True, monkeypatch, threads=3)
+    _, want, _ = _run(kind, False, monkeypatch, threads=3)
+    assert made and all(staged for _, staged in made)
+    for batch, (g, g_flat, g_dense), (w, w_flat, w_dense) in zip(batches, got, want):
+        assert (g_flat, g_dense) == (w_flat, w_dense)
+        for a, b, src in zip(g, w, batch):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, np.asarray(src))
