@@ -6,9 +6,12 @@ GPU stage, whose thread then spends the packing (several MB a batch of decoded a
 that thread's busy time in the GPU speech front end) away from launching the batch's kernels. With
 the setting on, a batch of at least :data:`MIN_BYTES` is packed by the CPU stage, ahead of its GPU
 stage, into pinned memory of its own, and the GPU stage only allocates the device buffer and queues
-the copy. The pinned memory is kept until an event recorded after the copy has completed (CuPy's
-pinned pool does not follow streams). The device batch has the forms ``upload_batch`` gives: one
-dense array when every sample has one shape, else one flat buffer (256-byte aligned samples).
+the copy. The pinned buffers are reused batch after batch (:class:`PinnedBuffers`): a buffer is
+written again only once an event recorded after its copy has completed. (Pinned memory asked of
+CUDA for every batch costs milliseconds a batch, and CuPy's pinned pool, keyed by exact size, finds
+nothing to reuse when every batch has another size.) The device batch has the forms
+``upload_batch`` gives: one dense array when every sample has one shape, else one flat buffer
+(256-byte aligned samples).
 """
 
 from __future__ import annotations
@@ -27,8 +30,49 @@ ALIGN = 256  # (PinnedRing.upload_many's alignment of ragged samples)
 PARALLEL_BYTES = 4 << 20
 PIECE_BYTES = 1 << 20  # the copies are cut into pieces of at most this many bytes, shared out evenly
 
-_in_flight: collections.deque = collections.deque()  # (event, pinned memory) until the copy is done
-_in_flight_lock = threading.Lock()
+
+
+class PinnedBuffers:
+    """Pinned host buffers of power-of-two sizes, taken for one batch each and taken again once the
+    event recorded after that batch's copy has completed (or its staging was called off)."""
+
+    KEEP = 8  # free buffers kept at most (the smallest go first)
+
+    def __init__(self):
+        self._free: list = []  # (size, pinned memory, uint8 view)
+        self._in_flight: collections.deque = collections.deque()  # (event, buffer) until the copy is done
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int):
+        """A free buffer of at least ``nbytes``: (pinned memory, its uint8 view of ``nbytes``)."""
+        with self._lock:
+            while self._in_flight and self._in_flight[0][0].done:
+                self._free.append(self._in_flight.popleft()[1])
+            fits = [b for b in self._free if b[0] >= nbytes]
+            if fits:
+                buf = min(fits, key=lambda b: b[0])
+                self._free.remove(buf)
+                return buf[1], buf[2][:nbytes]
+        from stoker.backend import cuda
+
+        size = 1 << (max(nbytes, MIN_BYTES) - 1).bit_length()
+        mem = cuda.cupy().cuda.alloc_pinned_memory(size)
+        return mem, np.frombuffer(mem, np.uint8, size)[:nbytes]
+
+    def give_back(self, mem, event=None) -> None:
+        """``mem`` (from :meth:`take`) free again, at once or once ``event`` has completed."""
+        full = np.frombuffer(mem, np.uint8)  # (the whole buffer, as take made it)
+        buf = (full.size, mem, full)
+        with self._lock:
+            if event is None:
+                self._free.append(buf)
+            else:
+                self._in_flight.append((event, buf))
+            if len(self._free) > self.KEEP:
+                self._free.remove(min(self._free, key=lambda b: b[0]))
+
+
+_buffers = PinnedBuffers()
 
 
 class StagedUpload(HostHalf):
@@ -40,15 +84,15 @@ class StagedUpload(HostHalf):
         self.layout, self.sources = layout, sources
 
     def cancel(self) -> None:
-        self.mem = self.view = None  # (no copy was queued from it: the memory goes back now)
+        if self.mem is not None:  # (no copy was queued from it: the memory is free at once)
+            _buffers.give_back(self.mem)
+        self.mem = self.view = None
 
 
 def stage(host, pool=None) -> StagedUpload | None:
     """Pack ``host`` (a TensorListCPU) into pinned memory, or None when it is smaller than
     :data:`MIN_BYTES` or empty (then the GPU stage copies it as before). With ``pool`` (the
     pipeline's thread pool) a batch of :data:`PARALLEL_BYTES` or more is packed by several threads."""
-    from stoker.backend import cuda
-
     dense = getattr(host, "_dense", None)  # (set by operators that make their batch as one array)
     if dense is not None and len(dense) == len(host):
         samples, dense_shape = [np.ascontiguousarray(dense)], tuple(dense.shape)
@@ -69,8 +113,7 @@ def stage(host, pool=None) -> StagedUpload | None:
         total = int(padded.sum())
     if total < MIN_BYTES:
         return None
-    mem = cuda.cupy().cuda.alloc_pinned_memory(total)
-    view = np.frombuffer(mem, np.uint8, total)
+    mem, view = _buffers.take(total)
     pack(view, samples, offsets.tolist(), pool if total >= PARALLEL_BYTES else None)
     shapes = None if dense_shape is not None else [s.shape for s in samples]
     return StagedUpload(mem, view, dense_shape, samples[0].dtype, offsets, shapes, host.layout(),
@@ -120,7 +163,7 @@ def finish(prep: StagedUpload, batch):
                                 stream.ptr)
     event = cp.cuda.Event(disable_timing=True)
     event.record(stream)
-    _keep_until_done(event, prep.mem)
+    _buffers.give_back(prep.mem, event)
     prep.mem = prep.view = None
     if prep.dense_shape is not None:
         return TensorListGPU(out, prep.layout, prep.sources)
@@ -129,10 +172,3 @@ def finish(prep: StagedUpload, batch):
     shapes = np.asarray(prep.shapes, np.int64).reshape(len(prep.shapes), -1)
     return TensorListGPU.from_flat(out.view(dtype), prep.offsets // dtype.itemsize, shapes, prep.layout,
                                    prep.sources)
-
-
-def _keep_until_done(event, mem) -> None:
-    with _in_flight_lock:
-        while _in_flight and _in_flight[0][0].done:
-            _in_flight.popleft()
-        _in_flight.append((event, mem))

@@ -155,3 +155,27 @@ def test_staged_uploads_on_the_gpu_give_the_gpu_stage_copy(kind, monkeypatch):
         for a, b, src in zip(g, w, batch):
             np.testing.assert_array_equal(a, b)
             np.testing.assert_array_equal(a, np.asarray(src))
+
+
+def test_pinned_buffers_are_reused_across_batches_of_other_sizes(monkeypatch):
+    from stoker.operators import staged_upload
+    from stoker.operators.base import BatchContext
+    from stoker.tensors import TensorListCPU
+
+    monkeypatch.setattr(staged_upload, "_buffers", staged_upload.PinnedBuffers())
+    with null_device.installed() as cp:
+        made = []
+        real_alloc = cp.cuda.alloc_pinned_memory
+        monkeypatch.setattr(cp.cuda, "alloc_pinned_memory", lambda n: made.append(n) or real_alloc(n))
+        rng = np.random.default_rng(1)
+        batch = BatchContext(batch_size=4, stream=cp.cuda.Stream(), device_id=0)
+        for k in range(6):  # ragged batches of 1.6-2.0 MB: one 2 MiB buffer serves them all
+            samples = [rng.standard_normal(100_000 + 5_000 * k + i).astype(np.float32) for i in range(4)]
+            prep = staged_upload.stage(TensorListCPU(samples))
+            if k == 2:
+                prep.cancel()  # (called off: the buffer is free at once)
+                continue
+            out = staged_upload.finish(prep, batch)
+            for a, b in zip(out.as_cpu().samples(), samples):
+                np.testing.assert_array_equal(np.array(a), b)
+        assert made == [2 << 20]
