@@ -464,6 +464,35 @@ _function_cache: dict = {}
 
 def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
     """The kernel ``name`` from ``stoker/kernels/<source>.cu``, compiled by NVRTC once per device."""
+    def code() -> str:
+        with open(os.path.join(_KERNEL_DIR, source + ".cu")) as f:
+            return f.read()
+
+    return _kernel(source, code, name, options)
+
+
+def source_kernel(code: str, name: str, options: tuple = ("-std=c++17",)):
+    """The kernel ``name`` of the CUDA source text ``code``, compiled by NVRTC once per device.
+    Kept with :func:`load_kernel`'s kernels, so that a stand-in CuPy (the tests' null device)
+    starts from an empty cache and never meets a real kernel."""
+    return _kernel(("text", code), lambda: code, name, options)
+
+
+def elementwise_kernel(name: str, in_params: str, out_params: str, body: str, preamble: str = ""):
+    """A ``cupy.ElementwiseKernel`` made once per ``name`` (CuPy compiles it per device on first
+    launch), kept with the kernels of :func:`load_kernel`."""
+    key = ("elementwise", name)
+    k = _function_cache.get(key)
+    if k is None:
+        with _module_lock:
+            k = _function_cache.get(key)
+            if k is None:
+                k = _function_cache[key] = cupy().ElementwiseKernel(in_params, out_params, body, f"stoker_{name}",
+                                                                    preamble=preamble)
+    return k
+
+
+def _kernel(source, code, name: str, options: tuple):
     cp = cupy()
     dev = cp.cuda.runtime.getDevice()
     # (every launch of a GPU stage asks: a dictionary read, without the lock or a Device object)
@@ -474,10 +503,7 @@ def load_kernel(source: str, name: str, options: tuple = ("-std=c++17",)):
     with _module_lock:
         mod = _module_cache.get(key)
         if mod is None:
-            with open(os.path.join(_KERNEL_DIR, source + ".cu")) as f:
-                code = f.read()
-            mod = cp.RawModule(code=code, options=options)
-            _module_cache[key] = mod
+            mod = _module_cache[key] = cp.RawModule(code=code(), options=options)
         fn = _function_cache[(source, name, dev, options)] = mod.get_function(name)
     return fn
 

@@ -3,15 +3,9 @@ sizes, and the normalized sample conversions of :mod:`._convert` written with Cu
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from stoker.operators.gpu_registry import flat_offsets
-
-_lock = threading.Lock()
-_modules: dict = {}
-_elementwise: dict = {}
 
 
 def one_buffer(x):
@@ -34,24 +28,14 @@ def raw_kernel(source: str, name: str):
     """Kernel ``name`` of the CUDA ``source`` (compiled once per device and source)."""
     from stoker.backend import cuda
 
-    cp = cuda._cupy()
-    key = (source, cp.cuda.Device().id)
-    with _lock:
-        mod = _modules.get(key)
-        if mod is None:
-            mod = _modules[key] = cp.RawModule(code=source, options=("-std=c++17",))
-    return mod.get_function(name)
+    return cuda.source_kernel(source, name)
 
 
 def elementwise(name: str, in_params: str, out_params: str, body: str):
     """A cached ``cupy.ElementwiseKernel``."""
     from stoker.backend import cuda
 
-    with _lock:
-        k = _elementwise.get(name)
-        if k is None:
-            k = _elementwise[name] = cuda._cupy().ElementwiseKernel(in_params, out_params, body, f"stoker_{name}")
-    return k
+    return cuda.elementwise_kernel(name, in_params, out_params, body)
 
 
 def grid(max_items: int, n: int, block: int = 256, cap: int = 4096):

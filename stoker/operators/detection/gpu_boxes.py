@@ -28,8 +28,6 @@ from stoker.operators.gpu_registry import (
     upload_table,
 )
 
-_kernels: dict = {}
-
 # The sample holding output element i: the last one whose output starts at or before i (an empty
 # sample starts where the next one does, so it is never the last such one).
 _FIND_SAMPLE = """
@@ -73,12 +71,7 @@ def _elementwise(name: str, in_params: str, body: str):
     """A cached ``cupy.ElementwiseKernel`` writing ``float32 y``, with the sample search."""
     from stoker.backend import cuda
 
-    k = _kernels.get(name)
-    if k is None:
-        cp = cuda.cupy()
-        k = _kernels[name] = cp.ElementwiseKernel(in_params, "float32 y", body, f"stoker_{name}",
-                                                  preamble=_FIND_SAMPLE)
-    return k
+    return cuda.elementwise_kernel(name, in_params, "float32 y", body, _FIND_SAMPLE)
 
 
 def _one_buffer(x):

@@ -22,19 +22,12 @@ import numpy as np
 from stoker import types
 from stoker.operators.gpu_registry import DOUBLE_OF_ANY, host_fallback, register_gpu, upload_table
 
-_kernels: dict = {}
-
 
 def _elementwise(name: str, in_params: str, out_params: str, body: str, preamble: str = ""):
     """A cached ``cupy.ElementwiseKernel``."""
     from stoker.backend import cuda
 
-    k = _kernels.get(name)
-    if k is None:
-        cp = cuda.cupy()
-        k = _kernels[name] = cp.ElementwiseKernel(in_params, out_params, body, f"stoker_{name}",
-                                                  preamble=preamble)
-    return k
+    return cuda.elementwise_kernel(name, in_params, out_params, body, preamble)
 
 
 def _input_dtype(x) -> np.dtype:

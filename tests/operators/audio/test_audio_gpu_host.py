@@ -221,3 +221,25 @@ def test_host_calls_do_not_grow_with_batch(name):
     growth = own[LARGE] - own[SMALL]
     assert growth <= SLACK, (f"{name}: {own[SMALL]} Python calls at {SMALL} samples, {own[LARGE]} at {LARGE}: "
                              f"its GPU path plans sample by sample")
+
+
+def test_kernel_caches_start_afresh_under_another_cupy():
+    """A kernel made under one CuPy (a real one on a GPU machine) is never handed to code running
+    under another (the null device): the caches live with stoker.backend.cuda's, which
+    null_device.installed() empties on the way in and out."""
+    from stoker.operators.audio._gpu_common import elementwise, raw_kernel
+    from stoker.operators.detection import gpu_boxes
+    from stoker.operators.tensor import gpu_lookup
+
+    def made():
+        return (raw_kernel('extern "C" __global__ void k(float* x) {}', "k"),
+                elementwise("cache_probe", "float32 x", "float32 y", "y = x"),
+                gpu_lookup._elementwise("cache_probe_lookup", "T x", "T y", "y = x"),
+                gpu_boxes._elementwise("cache_probe_boxes", "float32 x", "y = x"))
+
+    with null_device.installed():
+        first = made()
+        assert made() == first  # (cached within one CuPy)
+    with null_device.installed():
+        second = made()
+    assert all(a is not b for a, b in zip(first, second))
