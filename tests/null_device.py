@@ -405,7 +405,12 @@ def installed():
     reset on the way in and out), whatever CuPy the machine has."""
     from stoker.backend import cuda
     from stoker.operators import transfer
+    from stoker.pipeline import executor
 
+    # Pipelines left open with a GPU stage are stopped on the way in and out: made under one CuPy,
+    # their prefetching threads must not go on under the other (one that did, on a GPU machine,
+    # copied to a real device address with the stand-in's memmove: a segmentation fault).
+    executor.close_all(gpu_only=True)
     saved = {k: sys.modules.get(k) for k in ("cupy", "cupy.cuda", "cupy.cuda.runtime")}
     cp = make_module()
     sys.modules.update({"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.runtime": cp.cuda.runtime})
@@ -425,6 +430,7 @@ def installed():
     try:
         yield cp
     finally:
+        executor.close_all(gpu_only=True)
         for k, v in saved.items():
             if v is None:
                 sys.modules.pop(k, None)

@@ -48,8 +48,9 @@ _STOP = object()
 _open_executors: weakref.WeakSet = weakref.WeakSet()
 
 
-def close_all() -> None:
-    """Close every executor still open; run at interpreter exit (``Pipeline``'s atexit hook).
+def close_all(gpu_only: bool = False) -> None:
+    """Close every executor still open (with ``gpu_only``, those with a GPU stage); run at
+    interpreter exit (``Pipeline``'s atexit hook).
 
     Why: the stage threads are daemon threads, and one may be inside OpenCV or torch with the
     GIL released when the interpreter finalizes. On its way back it then calls pthread_exit
@@ -59,6 +60,8 @@ def close_all() -> None:
     threads before finalization means no thread is left in native code by then.
     """
     for ex in list(_open_executors):
+        if gpu_only and getattr(ex, "gpu", None) is None:
+            continue
         try:
             ex.close()
         except Exception:  # noqa: BLE001 - at exit: close the others regardless
