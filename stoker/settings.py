@@ -170,7 +170,7 @@ class Settings:
         False, FLAG, "The CPU and GPU stages take turns instead of overlapping.", user=False)
     stage_uploads: Setting[bool] = Setting(
         False, FLAG, ".gpu() of a host batch of 1 MiB or more packs it into pinned memory in the CPU stage; the "
-        "GPU stage only queues the copy (off until measured on a GPU).", user=False)
+        "GPU stage only queues the copy (off: slower than the default for the GPU speech front end).", user=False)
     stage_queues: Setting[bool] = Setting(
         True, FLAG, "One prefetch queue per stage (0: one queue of cpu_size).", user=False)
     # Readers
