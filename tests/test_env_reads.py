@@ -4,11 +4,10 @@
 ``settings.child_environ`` / ``process_env``. Read from the source with :mod:`ast` (nothing is
 imported).
 
-The one exception, by function: the I/O helper (stoker/operators/readers/io_worker.py) also runs
-as ``python -I -S io_worker.py`` (the standard library only), and ``_launch``
-(stoker/workers/processes.py) runs in every helper before stoker can be imported, so these read
-their private startup variables from ``os.environ`` themselves. An entry that no longer reads it
-fails the test, so the list only shrinks.
+No exception is left: the helpers that start before stoker can be imported (the I/O helper, the
+launcher) get what they must know on their standard input (``workers.processes.read_setup``), not
+from the environment. ``ALLOWED`` would name a function and why; an entry that no longer reads
+the environment fails the test, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -20,14 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "stoker"
 NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 
 # (file under stoker/, function): why it reads os.environ itself
-ALLOWED: dict[tuple[str, str], str] = {
-    ("operators/readers/io_worker.py", "_load_structure_check"):
-        "runs in the I/O helper (python -I -S: no stoker to import): _STOKER_HELPER_NUMPY",
-    ("operators/readers/io_worker.py", "_Databases._env"):
-        "runs in the I/O helper (python -I -S: no stoker to import): _STOKER_HELPER_LMDB",
-    ("workers/processes.py", "_launch"):
-        "runs in each helper before stoker is importable: _STOKER_HELPER_SYS_PATH / _PACKAGE say where it is",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def env_reads(path: pathlib.Path) -> set[tuple[str, int]]:

@@ -8,7 +8,8 @@ first argument. :func:`stop_helper` closes the socket and reaps it.
 
 This file is also run as a script, the launcher of helpers that import stoker
 (``python -I processes.py --launch KIND TARGET FD ...``, :func:`_launch`): it must import nothing
-but the standard library at module level.
+but the standard library at module level. A helper learns what it must know before stoker can be
+imported (where stoker and the import path are) from its standard input (:func:`read_setup`).
 
 What happens when a helper dies is each user's choice (``stoker/workers/README.md``): the
 socket raises EOFError or OSError on the next message, and the reader, the decoders and the
@@ -29,9 +30,14 @@ import sys
 PACKAGE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 
-def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
+def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None, setup: dict | None = None):
     """Start a helper process with FD the helper's end of a new socket pair, and return
     (process, the pipeline's end of the socket).
+
+    ``setup`` (JSON-able) reaches the helper on its standard input, read once at its start with
+    :func:`read_setup` (the launcher's own entries, where stoker and the import path are, come
+    with it): what a helper must know before it can import stoker, handed over without
+    environment variables or long command lines.
 
     ``before_fd`` names the helper: ``[path]`` (a script), ``["-m", module]`` (a stoker module
     run as ``__main__``) or ``["-S", path]`` (a script that needs the standard library only).
@@ -51,21 +57,38 @@ def start_helper(before_fd: list[str], after_fd: list[str] = (), env=None):
     rest = [a for a in before_fd if a not in flags]
     ours, theirs = socket.socketpair()
     fd = str(theirs.fileno())
+    setup = dict(setup or {})
     if "-S" in flags:  # standard library only: run as is, no site-packages
         argv = [sys.executable, "-I", *flags, os.path.abspath(rest[0]), fd, *after_fd]
     else:
         kind, target = ("module", rest[1]) if rest[0] == "-m" else ("path", os.path.abspath(rest[0]))
         argv = [sys.executable, "-I", *flags, os.path.abspath(__file__), "--launch", kind, target, fd, *after_fd]
-        # (in the environment, not the command line: the helpers' `ps` lines stay short)
-        from stoker import settings  # (here, in the pipeline's process: the helper has no stoker yet)
-
-        env = settings.process_env(env, _STOKER_HELPER_SYS_PATH=json.dumps(_helper_sys_path()),
-                                   _STOKER_HELPER_PACKAGE=PACKAGE_DIR)
+        setup.update(_launcher_sys_path=_helper_sys_path(), _launcher_package=PACKAGE_DIR)
     try:
-        proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True, env=env)
+        proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.PIPE, close_fds=True, env=env)
     finally:
         theirs.close()
+    try:
+        with proc.stdin:
+            proc.stdin.write(json.dumps(setup).encode())
+    except OSError:  # (a helper that died at once: its socket says so on the first message)
+        pass
     return proc, ours
+
+
+def read_setup() -> dict:
+    """In a helper: what :func:`start_helper` was given as ``setup``, from standard input (read
+    to its end, once; later calls get the same dictionary)."""
+    global _setup
+    if _setup is None:
+        try:
+            _setup = json.loads(sys.stdin.buffer.read() or b"{}")
+        except (OSError, ValueError, AttributeError):  # (no standard input: started otherwise)
+            _setup = {}
+    return _setup
+
+
+_setup: dict | None = None
 
 
 def _helper_sys_path() -> list[str]:
@@ -86,11 +109,13 @@ def _launch(kind: str, target: str, args: list[str]) -> None:
     """In the helper (``python -I processes.py --launch KIND TARGET FD ...``): take the
     pipeline's import path, import stoker from the pipeline's copy, and run ``TARGET`` (a stoker
     module, or a script by path) as ``__main__`` with ``TARGET FD ...`` as its argv."""
+    import importlib
     import importlib.util
     import runpy
 
-    sys.path[:] = json.loads(os.environ.pop("_STOKER_HELPER_SYS_PATH", "[]")) or sys.path
-    package = os.environ.pop("_STOKER_HELPER_PACKAGE", "")
+    setup = read_setup()
+    sys.path[:] = setup.get("_launcher_sys_path") or sys.path
+    package = setup.get("_launcher_package", "")
     if package:
         # stoker from the pipeline's own copy, whatever else the path holds: the package is in
         # sys.modules before anything imports it, and its submodules come from its folder.
@@ -99,6 +124,9 @@ def _launch(kind: str, target: str, args: list[str]) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules["stoker"] = module
         spec.loader.exec_module(module)
+    # (this file runs as __main__ here: the target's stoker.workers.processes is another module,
+    # whose read_setup must give the setup this one read)
+    importlib.import_module("stoker.workers.processes")._setup = setup
     sys.argv = [target, *args]
     if kind == "module":
         runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -23,6 +23,7 @@ pipeline-side handle, started isolated like every helper
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import signal
@@ -33,6 +34,9 @@ import threading
 
 # stoker/ of this file (stoker/operators/readers/io_worker.py)
 _STOKER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+# In the helper: where the pipeline's process has NumPy ("numpy") and py-lmdb ("lmdb"), given to
+# start_helper as setup and read from standard input at the helper's start.
+_SETUP: dict = {}
 
 
 def _load_by_path(name: str, path: str):
@@ -79,9 +83,10 @@ def _load_structure_check():
     """:func:`stoker.backend.jpeg_scan_check.scan_problem`. It runs here for the mixed decoders'
     ``strict`` mode: tens of microseconds a file in a process of its own rather than in the
     pipeline's, under its GIL. It needs NumPy, which this helper (started without site-packages)
-    imports from the folder the pipeline's process named (``_STOKER_HELPER_NUMPY``: where its own
-    NumPy lies). None when it cannot be loaded (the decoders then check in the pipeline's process)."""
-    where = os.environ.get("_STOKER_HELPER_NUMPY")
+    imports from the folder the pipeline's process named (``numpy`` in the helper's setup: where
+    its own NumPy lies). None when it cannot be loaded (the decoders then check in the pipeline's
+    process)."""
+    where = _SETUP.get("numpy")
     if where and where not in sys.path:
         sys.path.append(where)
     return _load_backend_function("jpeg_scan_check.py", "scan_problem")
@@ -99,8 +104,8 @@ class _Databases:
     The pipeline's process cannot hand its own environments over: an lmdb handle does not cross
     a process boundary (nor a fork) safely, so the helper opens each database itself, once, as
     the readers do (read-only, without the lock file), and keeps it open for the next batches.
-    py-lmdb is imported from where the pipeline's process has it (``_STOKER_HELPER_LMDB``, as
-    NumPy is for the structure check): the helper starts without site-packages."""
+    py-lmdb is imported from where the pipeline's process has it (``lmdb`` in the helper's setup,
+    as NumPy is for the structure check): the helper starts without site-packages."""
 
     def __init__(self):
         self.envs: dict = {}  # real path -> environment
@@ -111,7 +116,7 @@ class _Databases:
         env = self.envs.get(key)
         if env is None:
             if self.lmdb is None:
-                where = os.environ.get("_STOKER_HELPER_LMDB")
+                where = _SETUP.get("lmdb")
                 if where and where not in sys.path:
                     sys.path.append(where)
                 import lmdb
@@ -288,13 +293,11 @@ class ReadWorker:
         self._np = np
         # (the helper's JPEG structure check imports NumPy, and its LMDB reads lmdb, from where
         # this process has them)
-        from stoker import settings  # (not at the top: this file also runs as the helper, without stoker)
-
-        env = settings.process_env(_STOKER_HELPER_NUMPY=os.path.dirname(os.path.dirname(os.path.abspath(np.__file__))))
+        setup = {"numpy": os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))}
         lmdb_dir = _package_folder("lmdb")
         if lmdb_dir:
-            env["_STOKER_HELPER_LMDB"] = lmdb_dir
-        self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)], env=env)
+            setup["lmdb"] = lmdb_dir
+        self.proc, self.sock = start_helper(["-S", os.path.abspath(__file__)], setup=setup)
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}  # slot id -> this process's mapping of it
         self.freed: list[int] = []  # slots whose batch of samples has been garbage collected
@@ -346,4 +349,6 @@ if __name__ == "__main__":
     # A terminal's Ctrl-C reaches the whole process group: the pipeline handles it and closes
     # its helpers (which exit when their socket closes), so a helper prints no traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (what start_helper was given as setup, on standard input: this helper has no stoker to ask)
+    _SETUP.update(json.loads(sys.stdin.buffer.read() or b"{}"))
     _serve(socket.socket(fileno=int(sys.argv[1])))

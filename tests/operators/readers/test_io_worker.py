@@ -121,3 +121,49 @@ def test_slots_are_reused_once_a_batch_is_gone(sample_jpeg_dir):
         assert bytes(other[2]) == open(paths[2], "rb").read()
     finally:
         w.close()
+
+
+def test_the_helper_loads_the_structure_check_from_where_its_setup_says(sample_jpeg_dir, tmp_path):
+    """The helper runs without site-packages; it finds NumPy (for the JPEG structure check) where
+    the pipeline's process said on its standard input. Without it the hints would have 6 values a
+    file, not the check's seventh."""
+    from stoker.operators.readers.io_worker import ReadWorker
+
+    paths = sorted(str(p) for p in __import__("pathlib").Path(sample_jpeg_dir).rglob("*.jpg"))[:4]
+    broken = tmp_path / "broken.jpg"
+    data = bytearray(open(paths[0], "rb").read())
+    broken.write_bytes(bytes(data[: len(data) // 2]))  # (the scan stops before its end marker)
+    w = ReadWorker()
+    try:
+        for _ in range(2):  # (the check's flag comes from the second such batch)
+            samples, errors, hints, _ = w.read([*paths, str(broken)], check_structure=True)
+        assert not errors and hints is not None and hints.shape == (5, 7)
+        assert not hints[:4, 6].any() and hints[4, 6] == 1
+    finally:
+        w.close()
+
+
+def test_setup_reaches_launched_and_standard_library_helpers(tmp_path):
+    import json
+
+    from stoker.workers.processes import start_helper, stop_helper
+
+    launched = tmp_path / "echo_launched.py"
+    launched.write_text("import socket, sys, json\nfrom stoker.workers.processes import read_setup\n"
+                        "s = socket.socket(fileno=int(sys.argv[1]))\n"
+                        "s.sendall(json.dumps(read_setup()).encode())\ns.close()\n")
+    plain = tmp_path / "echo_plain.py"
+    plain.write_text("import socket, sys\ns = socket.socket(fileno=int(sys.argv[1]))\n"
+                     "s.sendall(sys.stdin.buffer.read())\ns.close()\n")
+    for before, want_launcher in (([str(launched)], True), (["-S", str(plain)], False)):
+        proc, sock = start_helper(before, setup={"where": "/x", "n": [1, 2]})
+        try:
+            sock.settimeout(30)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        finally:
+            stop_helper(proc, sock)
+        got = json.loads(data)
+        assert got["where"] == "/x" and got["n"] == [1, 2]
+        assert ("_launcher_package" in got) == want_launcher
