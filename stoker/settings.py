@@ -392,13 +392,6 @@ def external_env_names() -> list[str]:
     return list(os.environ)
 
 
-def process_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """A copy of the environment for a child process: ``base`` (default: this process's), with
-    the private variables ``extra`` set. Unlike :func:`child_environ` it writes no settings in:
-    for helpers that read none (the I/O helper) or whose environment was built by it already."""
-    return {**(os.environ if base is None else base), **extra}
-
-
 # --- documentation -----------------------------------------------------------------------------
 
 def user_settings() -> list[Setting]:

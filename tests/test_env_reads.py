@@ -1,7 +1,7 @@
 """No module of stoker reads the environment but stoker/settings.py (issue 18): its settings through
 ``settings.get()``, other programs' variables and helper processes' private ones through
 ``settings.external_env`` / ``external_env_names``, and a child's environment is built by
-``settings.child_environ`` / ``process_env``. Read from the source with :mod:`ast` (nothing is
+``settings.child_environ``. Read from the source with :mod:`ast` (nothing is
 imported).
 
 No exception is left: the helpers that start before stoker can be imported (the I/O helper, the
@@ -57,7 +57,7 @@ def test_only_settings_reads_the_environment():
                 seen.add((name, where))
             else:
                 bad.append(f"{name}:{line} ({where or 'module level'})")
-    assert not bad, "read the environment through stoker.settings (external_env, process_env): " + "; ".join(bad)
+    assert not bad, "read the environment through stoker.settings (external_env, child_environ): " + "; ".join(bad)
     gone = sorted(set(ALLOWED) - seen)
     assert not gone, f"no longer reading os.environ: take these out of ALLOWED: {gone}"
 
@@ -84,6 +84,3 @@ def test_external_env_reads_now_and_refuses_settings(monkeypatch):
     assert "STOKER_TEST_ONLY_EXTERNAL" in settings.external_env_names()
     with pytest.raises(ValueError, match="settings.get"):
         settings.external_env("STOKER_FUSE")
-    env = settings.process_env({"A": "1"}, _STOKER_HELPER_X="2")
-    assert env == {"A": "1", "_STOKER_HELPER_X": "2"}
-    assert settings.process_env()["STOKER_TEST_ONLY_EXTERNAL"] == "1"
