@@ -119,7 +119,6 @@ class DebugRunner(Executor):
         self.graph.instances = {}
         self._gpu_ids = set()
         it = Iteration(self.pipe._iteration)
-        it.values["prepared"] = {}
         it.batch_size = self.batch_size
         it.sources_seen = 0
         return it
@@ -178,7 +177,7 @@ class DebugRunner(Executor):
         if queued:
             data, layout = queued.popleft()
             ctx.prepared = inst.feed(data, layout)
-        it.values["prepared"][node.id] = inst.advance(ctx)
+        it.prepared[node.id] = inst.advance(ctx)
         size = getattr(inst, "last_batch_size", None)
         if it.sources_seen == 0 and size is not None:  # as the staged executor: the first source's
             it.batch_size = size
@@ -193,7 +192,7 @@ class DebugRunner(Executor):
         sources = inputs[0].source_info() if inputs and hasattr(inputs[0], "source_info") else []
         ctx = BatchContext(len(inputs[0]) if inputs else it.batch_size, it.index, pool=self.pool,
                            sources=sources, device_id=self.gpu.device_id, stream=self.gpu.stream)
-        it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
+        it.prepared[node.id] = prep(ctx, inputs, arg_inputs)
 
     def _gpu_context(self, node: OpNode):
         if self.gpu is None:

@@ -98,6 +98,10 @@ class Iteration:
     index: int
     fed: dict[str, Any] = field(default_factory=dict)
     values: dict[tuple[int, int], Any] = field(default_factory=dict)  # (node id, output) -> batch
+    # node id -> what was prepared for this batch ahead of the node's run: a source's advance()
+    # (the samples it will read), a GPU node's host half (a mixed decoder's staged buffers: a
+    # HostHalf, called off with cancel_prepared when the batch is dropped)
+    prepared: dict[int, Any] = field(default_factory=dict)
     batch_size: int = 0
     error: BaseException | None = None
     state: dict | None = None  # source states after this iteration (for checkpoints)
@@ -324,7 +328,7 @@ class Executor:
             if self._closed:
                 # Keep reading _mid until the CPU stage's _STOP (it would block on a full queue
                 # otherwise) and call off what the iterations hold (a mixed decoder's buffers).
-                for prepared in (it.values.get("prepared") or {}).values():
+                for prepared in it.prepared.values():
                     cancel_prepared(prepared)
                 continue
             with self._stage_lock, self._timed("stage", "gpu"):
@@ -366,7 +370,7 @@ class Executor:
             return
         try:
             with self.gpu.activate():
-                prepared = it.values.get("prepared") or {}
+                prepared = it.prepared
                 for node in self.graph.gpu_nodes:
                     self.run_node(node, it, gpu=True)
                     prepared.pop(node.id, None)  # a mixed decoder's host half holds its buffers
@@ -410,7 +414,7 @@ class Executor:
             if size is not None:
                 sizes.append(size)
         it.batch_size = sizes[0] if sizes else count
-        it.values["prepared"] = prepared
+        it.prepared = prepared
 
     def _repair(self, it: Iteration) -> None:
         """After samples failed under on_error="skip"/"substitute", or a padded reader's pass ended
@@ -435,8 +439,7 @@ class Executor:
                 break
             fusion.run_steps(self, self._cpu_steps, sub)
             for key, value in sub.values.items():
-                if key != "prepared":
-                    it.values[key] = sample_drops.concat(it.values[key], value)
+                it.values[key] = sample_drops.concat(it.values[key], value)
             it.batch_size += sub.batch_size
             it.reports.extend(sub.reports)
             if tr is not None:
@@ -466,7 +469,7 @@ class Executor:
             for node, ctx, n in failed:
                 self.drop_samples(it, node, ctx, n)
             for node in self.graph.gpu_nodes:  # work started for the dropped batch is called off
-                cancel_prepared(it.values["prepared"].pop(node.id, None))
+                cancel_prepared(it.prepared.pop(node.id, None))
             self._repair(it)
         raise OperatorError("samples kept failing after several refills", operator="executor")
 
@@ -487,7 +490,7 @@ class Executor:
             ctx.on_error = self.on_error
             try:
                 with self._timed("prepare", node):
-                    it.values["prepared"][node.id] = prep(ctx, inputs, arg_inputs)
+                    it.prepared[node.id] = prep(ctx, inputs, arg_inputs)
             except (OperatorError, StopIteration):
                 raise
             except Exception as e:
@@ -513,7 +516,7 @@ class Executor:
         ctx = BatchContext(n, it.index, pool=self.pool, sources=sources,
                            stream=self.gpu.stream if gpu else None,
                            device_id=self.gpu.device_id if self.gpu else None)
-        ctx.prepared = it.values["prepared"].get(node.id)
+        ctx.prepared = it.prepared.get(node.id)
         if gpu and inst.gpu_writes_in_place:
             ctx.donated = self._donated_inputs(node, it, inputs)
         ctx.on_error = "raise" if in_gpu_stage else self.on_error  # (a GPU stage has no way back to the readers)
@@ -554,7 +557,7 @@ class Executor:
         mine = {i: inputs[i].memory_ids() for i in picked}
         others: set = set()
         for key, value in it.values.items():
-            if key != "prepared" and key not in {keys[i] for i in picked} and is_gpu_batch(value):
+            if key not in {keys[i] for i in picked} and is_gpu_batch(value):
                 others |= value.memory_ids()
         for i in picked:  # (two picked inputs sharing memory would see each other's writes)
             others |= set().union(*(mine[j] for j in picked if j != i))

@@ -24,7 +24,7 @@ def drop_failed(graph, it, node, ctx: BatchContext, n: int) -> None:
         failures = ctx.failures
         keep = [i for i in range(n) if i not in failures]
         for key, value in list(it.values.items()):
-            if key != "prepared" and len(value) == n:
+            if len(value) == n:
                 it.values[key] = take(value, keep)
     policy = graph.instances[node.id].args.get("on_error") or ctx.on_error
     tr = it.track
@@ -54,7 +54,7 @@ def _drop_split(graph, it, node, ctx: BatchContext) -> dict:
     branches' cached sample indices are renumbered as the whole batch's are, so that the
     operators still to run see one consistent numbering. Returns {position: error}."""
     by_id = {x.id: x for x in graph.nodes}
-    scopes = {by_id[key[0]].scope for key in it.values if key != "prepared" and key[0] in by_id}
+    scopes = {by_id[key[0]].scope for key in it.values if key[0] in by_id}
     scopes.discard(None)
     if node.scope is not None:
         scopes.add(node.scope)
@@ -66,7 +66,7 @@ def _drop_split(graph, it, node, ctx: BatchContext) -> dict:
         failures = {where[node.scope][i]: err for i, err in ctx.failures.items()}
     size = it.batch_size
     for key, value in list(it.values.items()):
-        if key == "prepared" or key[0] not in by_id:
+        if key[0] not in by_id:
             continue
         scope = by_id[key[0]].scope
         positions = where[scope] if scope is not None else range(size)

@@ -237,7 +237,7 @@ def complete_batch(it, pad: int, take) -> None:
     donors += [donors[-1]] * pad
     tr.taken += pad
     for key, value in list(it.values.items()):
-        if key != "prepared" and len(value) == n:
+        if len(value) == n:
             it.values[key] = take(value, donors)
     tr.valid = [o in pos for o in order] + [True] * pad
     tr.slots = order + extra
