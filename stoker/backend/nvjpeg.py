@@ -5,9 +5,7 @@ and hands the GIL back and forth for each, so a batch decode beside stoker's
 other threads runs 4x slower than alone. Here the batch is one foreign call
 (``ctypes.CDLL`` drops the GIL for it) and the per-image set-up calls go through
 ``ctypes.PyDLL`` (they keep the GIL: microseconds each, with no hand-over to wait
-for). Measured on an H100 (benchmarks/nvjpeg_probe.py, batch 256, ImageNet-like
-set): 18.6k img/s full decode and 19.9k with random-crop ROI, in one synchronous
-call per batch.
+for). benchmarks/nvjpeg_probe.py measures it (figures in benchmarks/RESULTS.md).
 
 The hardware engines take baseline (sequential Huffman) colour and grayscale JPEGs;
 :func:`hardware_eligible` picks those, the rest go to nvImageCodec or the CPU.
@@ -168,8 +166,8 @@ class PinnedStaging:
 
     Why: from ordinary (pageable) memory nvJPEG's batched call copies the bitstreams itself, on
     the thread that feeds the engines, which is the decode path's bottleneck. From pinned memory
-    the call took 9.4 ms of CPU per 256 images instead of 11.6-12.0, 23.9k img/s instead of
-    19.2-19.8k (benchmarks/engines_probe.py --pinned on an H100). :meth:`HardwareDecoder.stage`
+    the call costs that thread less CPU and the engines run faster (benchmarks/engines_probe.py
+    --pinned; figures in benchmarks/RESULTS.md). :meth:`HardwareDecoder.stage`
     starts the copy on the decoder's copy thread. A block is reused once an event recorded after
     its call has completed (``STOKER_NVJPEG_PINNED=0``: no staging)."""
 
@@ -221,10 +219,10 @@ class HardwareDecoder:
 
     A call is built in two steps: :meth:`stage` (any thread, ahead of time: pointers, lengths,
     per-image ROI parameters, padding) and :meth:`run` (the thread that owns the decoder: the
-    output pointers, then the one GIL-free nvJPEG call). Why: a Python thread beside the calls
-    halved the engines' rate when the per-image set-up ran on the calling thread
-    (benchmarks/engines_probe.py, H100: 20.5k -> 10.0k img/s), because that thread waits for the
-    GIL before and after each call while the engines idle."""
+    output pointers, then the one GIL-free nvJPEG call). Why: with the per-image set-up on the
+    calling thread, a Python thread beside the calls halved the engines' rate
+    (benchmarks/engines_probe.py), because that thread waits for the GIL before and after each
+    call while the engines idle."""
 
     backend = _BACKEND_HARDWARE
 
@@ -262,7 +260,7 @@ class HardwareDecoder:
         self._pad_retired: list = []  # smaller scratch buffers replaced while calls may use them
         self.batch = 0
         self.last_run = (0.0, 0.0, 0.0)  # the last call's waits (staging copy, stream) and nvJPEG time
-        # Host threads nvJPEG may use to parse a batch (the probe's 18.6k img/s used one per core).
+        # Host threads nvJPEG may use to parse a batch (one per core: what the probe measured best).
         self.threads = settings.get().nvjpeg_threads or os.cpu_count() or 4
 
     def _ensure(self, n: int) -> None:

@@ -1,6 +1,6 @@
-"""``_to_gpu``'s host half in the CPU stage (``STOKER_STAGE_UPLOADS=1``; off: on an H100 the GPU
-speech front end ran slower with it at batch 16, the GPU stage then waiting inside the spectrogram,
-see benchmarks/RESULTS.md, session 19).
+"""``_to_gpu``'s host half in the CPU stage (``STOKER_STAGE_UPLOADS=1``; off: the GPU speech front
+end ran slower with it at small batches, its GPU stage then waiting inside the spectrogram; figures
+in benchmarks/RESULTS.md).
 
 ``.gpu()`` packs a host batch into pinned memory and queues one copy. By default both happen in the
 GPU stage, whose thread then spends the packing (several MB a batch of decoded audio: a third of

@@ -3,7 +3,7 @@
 Why: a fused chain (decode -> resize -> normalize per sample, see :mod:`stoker.pipeline.fusion`)
 spends most of its time in C code that releases the GIL, but the Python between those calls adds
 up to about 1 ms of GIL per image. On a 16-core host the CPU training pipeline therefore stopped
-at ~3.5 busy cores (800-940 img/s at 4-16 threads, benchmarks/results_log.md), where torchvision's
+at a few busy cores whatever its thread count (benchmarks/results_log.md), where torchvision's
 DataLoader runs 16 interpreters. With ``STOKER_CPU_PROCESSES=N`` a fused chain's samples are
 computed by N worker processes instead of the thread pool.
 

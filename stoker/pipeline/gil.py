@@ -3,13 +3,12 @@
 With Python's default 5 ms switch interval, a thread coming back from C code
 (a JPEG decode, an OpenCV call, a ctypes call) waits behind a thread running
 Python code for up to 5 ms, and a pipeline thread does that dozens of times per
-sample. The mixed decoders showed it (H100: a decode loop beside one busy
-Python thread ran at 194 img/s with 5 ms and 3,051 img/s with 0.2 ms).
+sample. The mixed decoders showed it: a decode loop beside one busy Python
+thread ran an order of magnitude faster with 0.2 ms than with 5 ms.
 
-CPU-only pipelines do not change it: on the H100 machine's 16 cores the CPU
-training pipeline at 16 threads ran at the same speed with 0.2 ms and 5 ms
-(733-742 img/s) and validation slower with 0.2 ms (336-365 against 582 img/s),
-benchmarks/results_log.md.
+CPU-only pipelines do not change it: on 16 cores the CPU training pipeline ran
+at the same speed either way and validation slower with 0.2 ms (figures in
+benchmarks/results_log.md).
 """
 
 from __future__ import annotations

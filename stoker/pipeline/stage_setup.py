@@ -19,9 +19,9 @@ def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
     """Worker processes for fused CPU chains (stoker.pipeline.chain_processes):
     ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``min(num_threads, cpus) - 1`` for
     pipelines of 8 or more threads on Linux machines of 8 or more cores, else none; ``cpus``
-    defaults to the cores this process may use). Measured on a 16-core host (benchmarks/results_log.md):
-    the CPU training pipeline went from 906 to 3,324 img/s with 15 workers, validation from 781
-    to 2,368; at 2 threads (2 cores) in-process and workers were level."""
+    defaults to the cores this process may use). Why those bounds: on a 16-core host the CPU
+    pipelines ran about 3x faster with 15 workers, while at 2 threads (2 cores) in-process and
+    workers were level (benchmarks/results_log.md)."""
     value = settings.get().cpu_processes
     if not hasattr(os, "memfd_create"):
         return 0
@@ -38,8 +38,8 @@ def start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = F
     started now so that it is ready by the first batches; None when no such operator is in the
     graph or the setting says no. Auto: on exactly where the CPU stage can run two lanes
     (``lanes_possible``, stoker.pipeline.cpu_lanes): with one lane the CPU stage only waits for
-    the helper, and the SSD pipeline ran slower with it (H100: 11,033 / 9,657 against 12,022 /
-    11,637 img/s without), while with two it ran faster (14,584 / 13,224; benchmarks/RESULTS.md)."""
+    the helper, and the SSD pipeline ran slower with it, while with two it ran faster
+    (benchmarks/RESULTS.md)."""
     wanted = settings.get().batch_offload
     if wanted is None:
         wanted = lanes_possible

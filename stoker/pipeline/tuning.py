@@ -21,10 +21,10 @@ Where trials would change what the user gets or cannot run, the heuristic decide
 an iterator or a generator, or fed by ``feed_input``: trial batches would call the user's code
 or eat the user's data), no reader at all, debug mode, ``STOKER_TUNE_SECONDS=0``, or a trial that
 failed. Heuristic (benchmarks/results_log.md): a CPU pipeline gets one thread per usable core
-(with 8+ threads on 8+ cores the fused chains run in ``num_threads - 1`` worker processes: 906 ->
-3,324 img/s on 16 cores, where 4-16 threads in one process stayed at 814-942), a GPU pipeline
-``min(cores, 16)`` (the H100 runs used 16: pool threads 2/4/8/16 gave 2.8/2.5/2.5/3.2k img/s);
-depth 2, DALI's default.
+(with 8+ threads on 8+ cores the fused chains run in ``num_threads - 1`` worker processes: one
+interpreter stops at a few busy cores whatever its thread count), a GPU pipeline
+``min(cores, 16)`` (16 pool threads ran best of 2-16 on a 16-core GPU host); depth 2, DALI's
+default.
 
 ``hw_decoder_load`` is not tuned: it moves JPEGs between the hardware engines and libjpeg-turbo,
 whose pixels differ (up to 0.6 levels on average), so it would change the outputs; the mixed
