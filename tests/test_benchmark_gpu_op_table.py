@@ -36,3 +36,24 @@ def test_table_puts_a_variant_beside_stoker_and_dali():
     assert "si05 img/s" in head and "| si05 / dali |" in head
     assert ssd.endswith("1.00x | 1.30x |")  # the better of si05's two rounds
     assert base.endswith("2.00x | 2.20x |")
+
+
+def test_baselines_repeat_after_every_k_operators():
+    order = gpu_op_table.case_order(["a", "b", "c", "d", "e"], ["ssd"], 2)
+    assert order == ["baseline", "a", "b", "baseline", "c", "d", "baseline", "e", "baseline", "pipeline:ssd"]
+    assert gpu_op_table.case_order(["a", "b"], [], 0) == ["baseline", "a", "b"]
+
+
+def test_an_operator_is_measured_against_the_baselines_around_it():
+    # the machine slows down over the round: baselines 2000, then 1000 img/s
+    rows = [{"lib": "stoker", "case": c, "img_s": v, "round": 0, "seq": q}
+            for q, (c, v) in enumerate([("baseline", 2000), ("a", 2000), ("baseline", 1000), ("b", 1000),
+                                        ("baseline", 1000)])]
+    cost = gpu_op_table.added_costs(rows, 1000)
+    assert cost[("a", "stoker")] == pytest.approx(1e6 / 2000 - 1e6 / 1500)  # mean of 2000 and 1000
+    assert cost[("b", "stoker")] == pytest.approx(0.0)
+    # rows without a place in a round (older output): against the best baseline
+    old = [{"lib": "dali", "case": "baseline", "img_s": 1000}, {"lib": "dali", "case": "a", "img_s": 500}]
+    assert gpu_op_table.added_costs(old, 1000)[("a", "dali")] == pytest.approx(1000.0)
+    table = gpu_op_table._table(rows, 1000)
+    assert "| b | 1,000 | +0.00 |" in table
