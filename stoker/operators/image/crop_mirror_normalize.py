@@ -58,17 +58,39 @@ class CropMirrorNormalize(LayoutAware):
         if self.args.get("std") is not None and any(s == 0 for s in self.args["std"]):
             raise arg_error("crop_mirror_normalize", "std", "must not contain 0")
 
+    def sample_args(self, arg_inputs, i):
+        """As Operator's; where the only per-sample entry is the input's layout (LayoutAware's
+        ``__layout``: no argument varies by sample), one dictionary per layout, the same object
+        for every sample, which :meth:`run_sample` recognises."""
+        if len(arg_inputs) == 1 and "__layout" in arg_inputs:
+            layout = arg_inputs["__layout"][i]
+            args = self._args_by_layout.get(layout)
+            if args is None:
+                args = self._args_by_layout[layout] = {**self.args, "__layout": layout}
+            return args
+        return super().sample_args(arg_inputs, i)
+
+    @property
+    def _args_by_layout(self) -> dict:
+        return self.__dict__.setdefault("_static_args", {})
+
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        layout = self.layout_of(args) or ("HWC" if img.ndim == 3 else "HW" if img.ndim == 2 else "")
-        axes, ch = spatial_axes_of(layout, img.ndim)
-        ext, pos = requested_window(args, len(axes))
+        layout_arg = args.get("__layout")
+        if args is self._args_by_layout.get(layout_arg) or args is self.args:
+            # no per-sample arguments: the plan depends on the sample's shape and layout only
+            key = (img.shape, layout_arg)
+            plan = self._static_plans.get(key)
+            if plan is None:
+                if len(self._static_plans) >= 1024:
+                    self._static_plans.clear()
+                plan = self._static_plans[key] = self._plan(img.shape, args)
+        else:
+            plan = self._plan(img.shape, args)
+        layout, axes, ch, window = plan
         fill_out = None
-        if ext is not None:
-            # As DALI (and crop): an extent below one pixel (0, 0.5, negative) keeps that axis whole.
-            ext = [e if int(e) >= 1 else img.shape[a] for e, a in zip(ext, axes)]
-            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
-            inside = all(a >= 0 and a + e <= img.shape[x] for a, e, x in zip(anchors, extents, axes))
+        if window is not None:
+            anchors, extents, inside = window
             if inside or self.args["out_of_bounds_policy"] != "pad":
                 img = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"], [0.0],
                                  "crop_mirror_normalize")
@@ -98,6 +120,28 @@ class CropMirrorNormalize(LayoutAware):
             x = np.transpose(x, [layout.index(c) for c in out_layout])
         return np.ascontiguousarray(to_dtype(x, self.dtype))
 
+    @property
+    def _static_plans(self) -> dict:
+        """(sample shape, layout) -> :meth:`_plan`, for samples with no per-sample arguments (the windows and
+        layouts of a validation pipeline's samples repeat: computing them for each sample was most
+        of the operator's Python under the GIL)."""
+        return self.__dict__.setdefault("_plans", {})
+
+    def _plan(self, shape: tuple, args: dict):
+        """(layout, spatial axes, channel axis, window): the window (anchors, extents, whether it
+        lies inside the sample) or None when no crop is asked."""
+        ndim = len(shape)
+        layout = self.layout_of(args) or ("HWC" if ndim == 3 else "HW" if ndim == 2 else "")
+        axes, ch = spatial_axes_of(layout, ndim)
+        ext, pos = requested_window(args, len(axes))
+        if ext is None:
+            return layout, axes, ch, None
+        # As DALI (and crop): an extent below one pixel (0, 0.5, negative) keeps that axis whole.
+        ext = [e if int(e) >= 1 else shape[a] for e, a in zip(ext, axes)]
+        anchors, extents = crop_window([shape[a] for a in axes], ext, pos, self.args["rounding"])
+        inside = all(a >= 0 and a + e <= shape[x] for a, e, x in zip(anchors, extents, axes))
+        return layout, axes, ch, (anchors, extents, inside)
+
     def _fast_hwc_to_chw(self, img, args, layout, nch, fill_out):
         """The training-pipeline case (HWC uint8 in, float CHW out) without temporaries:
         one fused multiply-add per channel plane, written straight into the CHW output.
@@ -105,7 +149,13 @@ class CropMirrorNormalize(LayoutAware):
         if (layout != "HWC" or img.dtype != np.uint8 or fill_out is not None or self.args["pad_output"]
                 or (self.args["output_layout"] or layout) != "CHW" or self.dtype not in (np.float32, np.float16)):
             return None
-        coef = self._plane_coefs(args.get("mean"), args.get("std"), nch)
+        mean, std = args.get("mean"), args.get("std")
+        if mean is self.args.get("mean") and std is self.args.get("std"):  # the operator's own values
+            coef = self.__dict__.setdefault("_static_coefs", {}).get(nch, _MISSING)
+            if coef is _MISSING:
+                coef = self._static_coefs[nch] = self._plane_coefs(mean, std, nch)
+        else:
+            coef = self._plane_coefs(mean, std, nch)
         if coef is None:
             return None
         mul, add, mul32, add32 = coef

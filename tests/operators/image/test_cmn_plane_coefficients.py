@@ -54,3 +54,31 @@ def test_channel_counts_that_do_not_fit_still_fail():
         assert "mean" in str(e)
     else:
         raise AssertionError("a 2-value mean for 3 channels was accepted")
+
+
+def test_samples_without_per_sample_arguments_share_one_plan_per_shape_and_layout():
+    """With only the input's layout given per sample, every sample gets the same arguments object
+    (sample_args), and its window and coefficients are taken from per-shape caches: same values
+    as computing them for each sample, for samples of several shapes in turn; a bad window
+    position still fails every sample it is given to."""
+    import pytest
+
+    rng = np.random.default_rng(2)
+    mean, std = [10.0, 20.0, 30.0], [2.0, 3.0, 4.0]
+    op = make(crop=(5, 7), crop_pos_x=0.25, mean=mean, std=std)
+    shapes = [(17, 23, 3), (9, 11, 3), (17, 23, 3), (30, 8, 3)]
+    imgs = [rng.integers(0, 256, s, np.uint8) for s in shapes]
+    arg_inputs = {"__layout": ["HWC"] * len(imgs)}
+    firsts = [op.sample_args(arg_inputs, i) for i in range(len(imgs))]
+    assert all(a is firsts[0] for a in firsts) and firsts[0]["__layout"] == "HWC"
+    for i, img in enumerate(imgs):
+        got = op.run_sample((img,), op.sample_args(arg_inputs, i), SampleContext(i, 0, 1))
+        fresh = make(crop=(5, 7), crop_pos_x=0.25, mean=mean, std=std)
+        want = fresh.run_sample((img,), dict(fresh.args, __layout="HWC"), SampleContext(i, 0, 1))
+        assert got.shape == want.shape == (3, 5, 7 if img.shape[1] >= 7 else img.shape[1])
+        np.testing.assert_array_equal(got, want)
+    assert len(op._static_plans) == 3  # (one plan per shape and layout)
+    bad = make(crop=(5, 7), crop_pos_x=1.5)
+    for i in range(2):
+        with pytest.raises(ValueError, match="crop_pos_x"):
+            bad.run_sample((imgs[0],), bad.sample_args(arg_inputs, i), SampleContext(i, 0, 1))
