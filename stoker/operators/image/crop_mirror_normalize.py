@@ -22,6 +22,7 @@ from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
 _MISSING = object()
+_WINDOW_ARGS = tuple(a.name for a in CROP_ARGS if a.name not in ("out_of_bounds_policy", "fill_values"))
 
 
 @register
@@ -77,8 +78,10 @@ class CropMirrorNormalize(LayoutAware):
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
         layout_arg = args.get("__layout")
-        if args is self._args_by_layout.get(layout_arg) or args is self.args:
-            # no per-sample arguments: the plan depends on the sample's shape and layout only
+        if args is self._args_by_layout.get(layout_arg) or args is self.args or all(
+                args.get(k) is self.args.get(k) for k in _WINDOW_ARGS):
+            # the window's arguments are the operator's own (mirror, mean or std may still vary by
+            # sample): the plan depends on the sample's shape and layout only
             key = (img.shape, layout_arg)
             plan = self._static_plans.get(key)
             if plan is None:

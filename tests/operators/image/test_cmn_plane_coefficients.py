@@ -82,3 +82,22 @@ def test_samples_without_per_sample_arguments_share_one_plan_per_shape_and_layou
     for i in range(2):
         with pytest.raises(ValueError, match="crop_pos_x"):
             bad.run_sample((imgs[0],), bad.sample_args(arg_inputs, i), SampleContext(i, 0, 1))
+
+
+def test_the_window_plan_is_shared_only_while_its_arguments_are_the_operators_own():
+    rng = np.random.default_rng(3)
+    op = make(crop=(5, 7), mean=[1.0, 2.0, 3.0], std=[2.0, 2.0, 2.0])
+    img = rng.integers(0, 256, (17, 23, 3), np.uint8)
+    # mirror varies by sample, the window does not: one plan for the shape
+    inputs = {"__layout": ["HWC"] * 2, "mirror": [np.int32(0), np.int32(1)]}
+    outs = [op.run_sample((img,), op.sample_args(inputs, i), SampleContext(i, 0, 1)) for i in range(2)]
+    np.testing.assert_array_equal(outs[1], outs[0][:, :, ::-1])
+    assert len(op._static_plans) == 1
+    # the window's position varies by sample: each sample its own window, nothing cached for it
+    inputs = {"__layout": ["HWC"] * 2, "crop_pos_x": [np.float32(0.0), np.float32(1.0)]}
+    left, right = [op.run_sample((img,), op.sample_args(inputs, i), SampleContext(i, 0, 1)) for i in range(2)]
+    fresh = make(crop=(5, 7), mean=[1.0, 2.0, 3.0], std=[2.0, 2.0, 2.0])
+    for pos, got in ((0.0, left), (1.0, right)):
+        want = fresh.run_sample((img,), dict(fresh.args, crop_pos_x=pos, __layout="HWC"), SampleContext(0, 0, 1))
+        np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(left, right) and len(op._static_plans) == 1
