@@ -125,8 +125,61 @@ class LayoutAware(Operator):
         return str(args.get("__layout") or "")
 
 
+# the arguments a window depends on (with the sample's shape, its layout and ``rounding``)
+WINDOW_ARGS = ("crop", "crop_h", "crop_w", "crop_d", "crop_pos_x", "crop_pos_y", "crop_pos_z")
+
+
+class Windowed(LayoutAware):
+    """A LayoutAware operator with :data:`CROP_ARGS` and ``rounding`` (crop,
+    crop_mirror_normalize): its window per sample from :meth:`window_plan`, shared by the
+    samples of one shape and layout while the window's arguments are the operator's own. (The
+    windows of a validation pipeline repeat; working them out for every sample was most of
+    crop_mirror_normalize's Python under the GIL.)"""
+
+    def sample_args(self, arg_inputs, i):
+        """As Operator's; where the only per-sample entry is the input's layout, one dictionary
+        per layout (the operator's own values: every sample gets the same object)."""
+        if len(arg_inputs) == 1 and "__layout" in arg_inputs:
+            layout = arg_inputs["__layout"][i]
+            args = self._args_by_layout.get(layout)
+            if args is None:
+                args = self._args_by_layout[layout] = {**self.args, "__layout": layout}
+            return args
+        return super().sample_args(arg_inputs, i)
+
+    @property
+    def _args_by_layout(self) -> dict:
+        return self.__dict__.setdefault("_layout_args", {})
+
+    def window_plan(self, shape: tuple, args: dict):
+        """(axes, channel axis, window) of a sample of ``shape``: its D/H/W axes, its channel axis,
+        and the window (anchors, extents, whether it lies inside the sample) or None when no crop
+        is asked. Raises ValueError for a window position outside [0, 1]."""
+        if any(args.get(k) is not self.args.get(k) for k in WINDOW_ARGS):
+            return self._window_plan(shape, args)  # (the window varies by sample)
+        plans = self.__dict__.setdefault("_window_plans", {})
+        key = (shape, self.layout_of(args))
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) >= 1024:
+                plans.clear()
+            plan = plans[key] = self._window_plan(shape, args)
+        return plan
+
+    def _window_plan(self, shape: tuple, args: dict):
+        axes, ch = spatial_axes_of(self.layout_of(args), len(shape))
+        ext, pos = requested_window(args, len(axes))
+        if ext is None:
+            return axes, ch, None
+        # As DALI: an extent below one pixel (0, 0.5, negative) keeps that axis whole.
+        ext = [e if int(e) >= 1 else shape[a] for e, a in zip(ext, axes)]
+        anchors, extents = crop_window([shape[a] for a in axes], ext, pos, self.args["rounding"])
+        inside = all(a >= 0 and a + e <= shape[x] for a, e, x in zip(anchors, extents, axes))
+        return axes, ch, (anchors, extents, inside)
+
+
 @register
-class Crop(LayoutAware):
+class Crop(Windowed):
     """Cuts a window of each sample (HWC, CHW, DHWC ...)."""
 
     schema = Schema(
@@ -151,13 +204,10 @@ class Crop(LayoutAware):
 
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        axes, ch = spatial_axes_of(self.layout_of(args), img.ndim)
-        ext, pos = requested_window(args, len(axes))
+        axes, ch, window = self.window_plan(img.shape, args)
         out = img
-        if ext is not None:
-            # As DALI: an extent below one pixel (0, negative) keeps that axis whole.
-            ext = [e if int(e) >= 1 else img.shape[a] for e, a in zip(ext, axes)]
-            anchors, extents = crop_window([img.shape[a] for a in axes], ext, pos, self.args["rounding"])
+        if window is not None:
+            anchors, extents, _ = window
             out = crop_array(img, axes, ch, anchors, extents, self.args["out_of_bounds_policy"],
                              self.args["fill_values"], "crop")
         if self.dtype is not None and out.dtype != self.dtype:

@@ -11,22 +11,18 @@ from stoker.errors import arg_error
 from stoker.operators.base import arg_key
 from stoker.operators.image.crop import (
     CROP_ARGS,
-    LayoutAware,
+    Windowed,
     check_crop_args,
     crop_array,
-    requested_window,
-    spatial_axes_of,
 )
-from stoker.operators.image.geometry import crop_window
 from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
 _MISSING = object()
-_WINDOW_ARGS = tuple(a.name for a in CROP_ARGS if a.name not in ("out_of_bounds_policy", "fill_values"))
 
 
 @register
-class CropMirrorNormalize(LayoutAware):
+class CropMirrorNormalize(Windowed):
     """The usual last step of an image pipeline (DALI's ``fn.crop_mirror_normalize``)."""
 
     schema = Schema(
@@ -59,38 +55,10 @@ class CropMirrorNormalize(LayoutAware):
         if self.args.get("std") is not None and any(s == 0 for s in self.args["std"]):
             raise arg_error("crop_mirror_normalize", "std", "must not contain 0")
 
-    def sample_args(self, arg_inputs, i):
-        """As Operator's; where the only per-sample entry is the input's layout (LayoutAware's
-        ``__layout``: no argument varies by sample), one dictionary per layout, the same object
-        for every sample, which :meth:`run_sample` recognises."""
-        if len(arg_inputs) == 1 and "__layout" in arg_inputs:
-            layout = arg_inputs["__layout"][i]
-            args = self._args_by_layout.get(layout)
-            if args is None:
-                args = self._args_by_layout[layout] = {**self.args, "__layout": layout}
-            return args
-        return super().sample_args(arg_inputs, i)
-
-    @property
-    def _args_by_layout(self) -> dict:
-        return self.__dict__.setdefault("_static_args", {})
-
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
-        layout_arg = args.get("__layout")
-        if args is self._args_by_layout.get(layout_arg) or args is self.args or all(
-                args.get(k) is self.args.get(k) for k in _WINDOW_ARGS):
-            # the window's arguments are the operator's own (mirror, mean or std may still vary by
-            # sample): the plan depends on the sample's shape and layout only
-            key = (img.shape, layout_arg)
-            plan = self._static_plans.get(key)
-            if plan is None:
-                if len(self._static_plans) >= 1024:
-                    self._static_plans.clear()
-                plan = self._static_plans[key] = self._plan(img.shape, args)
-        else:
-            plan = self._plan(img.shape, args)
-        layout, axes, ch, window = plan
+        axes, ch, window = self.window_plan(img.shape, args)
+        layout = self.layout_of(args) or ("HWC" if img.ndim == 3 else "HW" if img.ndim == 2 else "")
         fill_out = None
         if window is not None:
             anchors, extents, inside = window
@@ -122,28 +90,6 @@ class CropMirrorNormalize(LayoutAware):
         if out_layout != layout and sorted(out_layout) == sorted(layout):
             x = np.transpose(x, [layout.index(c) for c in out_layout])
         return np.ascontiguousarray(to_dtype(x, self.dtype))
-
-    @property
-    def _static_plans(self) -> dict:
-        """(sample shape, layout) -> :meth:`_plan`, for samples with no per-sample arguments (the windows and
-        layouts of a validation pipeline's samples repeat: computing them for each sample was most
-        of the operator's Python under the GIL)."""
-        return self.__dict__.setdefault("_plans", {})
-
-    def _plan(self, shape: tuple, args: dict):
-        """(layout, spatial axes, channel axis, window): the window (anchors, extents, whether it
-        lies inside the sample) or None when no crop is asked."""
-        ndim = len(shape)
-        layout = self.layout_of(args) or ("HWC" if ndim == 3 else "HW" if ndim == 2 else "")
-        axes, ch = spatial_axes_of(layout, ndim)
-        ext, pos = requested_window(args, len(axes))
-        if ext is None:
-            return layout, axes, ch, None
-        # As DALI (and crop): an extent below one pixel (0, 0.5, negative) keeps that axis whole.
-        ext = [e if int(e) >= 1 else shape[a] for e, a in zip(ext, axes)]
-        anchors, extents = crop_window([shape[a] for a in axes], ext, pos, self.args["rounding"])
-        inside = all(a >= 0 and a + e <= shape[x] for a, e, x in zip(anchors, extents, axes))
-        return layout, axes, ch, (anchors, extents, inside)
 
     def _fast_hwc_to_chw(self, img, args, layout, nch, fill_out):
         """The training-pipeline case (HWC uint8 in, float CHW out) without temporaries:

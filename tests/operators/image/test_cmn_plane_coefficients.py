@@ -77,7 +77,7 @@ def test_samples_without_per_sample_arguments_share_one_plan_per_shape_and_layou
         want = fresh.run_sample((img,), dict(fresh.args, __layout="HWC"), SampleContext(i, 0, 1))
         assert got.shape == want.shape == (3, 5, 7 if img.shape[1] >= 7 else img.shape[1])
         np.testing.assert_array_equal(got, want)
-    assert len(op._static_plans) == 3  # (one plan per shape and layout)
+    assert len(op._window_plans) == 3  # (one plan per shape and layout)
     bad = make(crop=(5, 7), crop_pos_x=1.5)
     for i in range(2):
         with pytest.raises(ValueError, match="crop_pos_x"):
@@ -92,7 +92,7 @@ def test_the_window_plan_is_shared_only_while_its_arguments_are_the_operators_ow
     inputs = {"__layout": ["HWC"] * 2, "mirror": [np.int32(0), np.int32(1)]}
     outs = [op.run_sample((img,), op.sample_args(inputs, i), SampleContext(i, 0, 1)) for i in range(2)]
     np.testing.assert_array_equal(outs[1], outs[0][:, :, ::-1])
-    assert len(op._static_plans) == 1
+    assert len(op._window_plans) == 1
     # the window's position varies by sample: each sample its own window, nothing cached for it
     inputs = {"__layout": ["HWC"] * 2, "crop_pos_x": [np.float32(0.0), np.float32(1.0)]}
     left, right = [op.run_sample((img,), op.sample_args(inputs, i), SampleContext(i, 0, 1)) for i in range(2)]
@@ -100,4 +100,4 @@ def test_the_window_plan_is_shared_only_while_its_arguments_are_the_operators_ow
     for pos, got in ((0.0, left), (1.0, right)):
         want = fresh.run_sample((img,), dict(fresh.args, crop_pos_x=pos, __layout="HWC"), SampleContext(0, 0, 1))
         np.testing.assert_array_equal(got, want)
-    assert not np.array_equal(left, right) and len(op._static_plans) == 1
+    assert not np.array_equal(left, right) and len(op._window_plans) == 1

@@ -165,3 +165,34 @@ def test_crop_position_out_of_range_names_the_argument(images):
 
     with pytest.raises(StokerError, match="crop_pos_y"):
         run_op("stoker", "crop", [images["gray"]], crop=(5, 5), crop_pos_y=1.2, out_of_bounds_policy="pad")
+
+
+def test_crop_shares_its_window_plan_across_samples_of_one_shape():
+    """crop's window per (shape, layout) while its window arguments are its own: a batch of
+    mixed shapes gives each sample the window NumPy's slicing gives it; a per-sample position is
+    never taken from the shared plans."""
+    import stoker.fn as fn
+    from stoker import pipeline_def
+
+    rng = np.random.default_rng(4)
+    shapes = [(40, 50, 3), (30, 20, 3), (40, 50, 3), (25, 60, 3)]
+    batch = [rng.integers(0, 256, s, np.uint8) for s in shapes]
+    pos = [np.float32(p) for p in (0.0, 0.5, 1.0, 0.25)]
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: batch, batch=True, layout="HWC")
+        px = fn.external_source(source=lambda: pos, batch=True)
+        return fn.crop(x, crop=(10, 12)), fn.crop(x, crop=(10, 12), crop_pos_x=px)
+
+    p = pipe()
+    p.build()
+    for _ in range(2):
+        fixed, moving = p.run()
+        for k, img in enumerate(batch):
+            h, w = img.shape[:2]
+            y, x = crop_anchor(h, 10, 0.5, "round"), crop_anchor(w, 12, 0.5, "round")
+            np.testing.assert_array_equal(np.asarray(fixed.at(k)), img[y:y + 10, x:x + 12])
+            x = crop_anchor(w, 12, float(pos[k]), "round")
+            np.testing.assert_array_equal(np.asarray(moving.at(k)), img[y:y + 10, x:x + 12])
+    p.close()
