@@ -120,6 +120,22 @@ class LayoutAware(Operator):
         n = len(inputs[0]) if inputs else batch.batch_size
         return super().run_cpu(batch, inputs, {**arg_inputs, "__layout": [layout] * n})
 
+    def sample_args(self, arg_inputs, i):
+        """As Operator's; where the only per-sample entry is the input's layout (no argument
+        varies by sample), one dictionary per layout, the same object for every sample (no copy
+        per sample; :class:`Windowed` recognises its window arguments as the operator's own)."""
+        if len(arg_inputs) == 1 and "__layout" in arg_inputs:
+            layout = arg_inputs["__layout"][i]
+            args = self._args_by_layout.get(layout)
+            if args is None:
+                args = self._args_by_layout[layout] = {**self.args, "__layout": layout}
+            return args
+        return super().sample_args(arg_inputs, i)
+
+    @property
+    def _args_by_layout(self) -> dict:
+        return self.__dict__.setdefault("_layout_args", {})
+
     @staticmethod
     def layout_of(args: dict) -> str:
         return str(args.get("__layout") or "")
@@ -135,21 +151,6 @@ class Windowed(LayoutAware):
     samples of one shape and layout while the window's arguments are the operator's own. (The
     windows of a validation pipeline repeat; working them out for every sample was most of
     crop_mirror_normalize's Python under the GIL.)"""
-
-    def sample_args(self, arg_inputs, i):
-        """As Operator's; where the only per-sample entry is the input's layout, one dictionary
-        per layout (the operator's own values: every sample gets the same object)."""
-        if len(arg_inputs) == 1 and "__layout" in arg_inputs:
-            layout = arg_inputs["__layout"][i]
-            args = self._args_by_layout.get(layout)
-            if args is None:
-                args = self._args_by_layout[layout] = {**self.args, "__layout": layout}
-            return args
-        return super().sample_args(arg_inputs, i)
-
-    @property
-    def _args_by_layout(self) -> dict:
-        return self.__dict__.setdefault("_layout_args", {})
 
     def window_plan(self, shape: tuple, args: dict):
         """(axes, channel axis, window) of a sample of ``shape``: its D/H/W axes, its channel axis,
