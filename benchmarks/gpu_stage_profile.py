@@ -244,7 +244,7 @@ def build(kind: str, root: str):
     @pipeline_def(batch_size=B, num_threads=16, device_id=0, seed=1, enable_conditionals=kind in op_zoo.CONDITIONAL)
     def pipe():
         if kind not in ("train", "val"):  # a pipeline of benchmarks/op_zoo.py
-            return op_zoo.PIPELINES[kind](fn, types, root)
+            return {**op_zoo.PIPELINES, **op_zoo.PROBES}[kind](fn, types, root)
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=(kind == "train"), name="r")
         if kind == "train":
             images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
