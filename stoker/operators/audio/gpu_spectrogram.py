@@ -1,12 +1,15 @@
 """GPU ``spectrogram``: every window of every sample of a batch in one FFT call.
 
-Plan (NumPy over the batch, no loop over samples): the number of windows of each sample, then one
-row per window of the whole batch, ``(signal offset, signal length, first tap's position)``.
-Device work, three steps per batch:
+Plan (NumPy over the batch, no loop over samples and nothing per window): the number of windows
+of each sample and where its first window falls in the batch's rows. Device work, three steps per
+batch:
 
 1. a kernel writes the windowed frames, ``(windows, nfft)`` float32 with the zero padding past
    ``window_length``, mirroring or zero-filling taps that fall outside their signal (the index
-   rule of :func:`.spectrogram.window_indices`);
+   rule of :func:`.spectrogram.window_indices`). Each row finds its sample by a binary search of
+   the samples' first rows, so the host builds and uploads one small row per sample, not one per
+   window (a batch of 16 utterances has ~18,000 windows: per-window arrays cost the GPU stage
+   several NumPy passes, each of which lets go of the interpreter lock);
 2. ``cupy.fft.rfft`` over all rows at once. The row count is rounded up to a size class (at most
    1/16 more rows, all zeros) so that cuFFT's plan, cached by shape, is reused from batch to
    batch instead of planned anew for every batch's count of windows;
@@ -25,18 +28,25 @@ from stoker.operators.audio._gpu_common import element_dtype, grid, one_buffer, 
 from stoker.operators.gpu_registry import flat_offsets, host_fallback, register_gpu, upload_table
 
 _KERNELS = r"""
-// Frame f, tap t of a (rows, nfft) matrix: ftab[3f] = signal offset, ftab[3f+1] = its length,
-// ftab[3f+2] = the position of tap 0 in the signal (negative before its start).
+// Frame f, tap t of a (rows, nfft) matrix. stab[3s] = sample s's first frame (non-decreasing in
+// s), stab[3s+1] = its signal's offset in x, stab[3s+2] = its signal's length. Frames from `used`
+// on (the row count's rounding) are zeros. Tap 0 of the sample's k-th frame is at k * step - shift.
 extern "C" __global__ void stoker_spectrogram_frames(
-        const float* x, const long long* ftab, const float* window, float* frames,
-        long long total, long long nfft, long long length, int reflect) {
+        const float* x, const long long* stab, int nsamples, const float* window, float* frames,
+        long long total, long long used, long long nfft, long long length, long long step, long long shift,
+        int reflect) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const long long f = i / nfft, t = i - f * nfft;
         float v = 0.f;
-        if (t < length) {
-            const long long n = ftab[3 * f + 1];
-            long long p = ftab[3 * f + 2] + t;
+        if (t < length && f < used) {
+            int lo = 0, hi = nsamples - 1;  // the last sample whose first frame is at or before f
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (stab[3 * mid] <= f) lo = mid; else hi = mid - 1;
+            }
+            const long long n = stab[3 * lo + 2];
+            long long p = (f - stab[3 * lo]) * step - shift + t;
             if (reflect && n > 0) {  // mirror about both ends, the edge sample not repeated
                 if (n == 1) {
                     p = 0;
@@ -47,7 +57,7 @@ extern "C" __global__ void stoker_spectrogram_frames(
                     p = m < n ? m : period - m;
                 }
             }
-            if (p >= 0 && p < n) v = x[ftab[3 * f] + p] * window[t];
+            if (p >= 0 && p < n) v = x[stab[3 * lo + 1] + p] * window[t];
         }
         frames[i] = v;
     }
@@ -79,18 +89,16 @@ def size_class(rows: int) -> int:
     return -(-rows >> shift) << shift
 
 
-def window_plan(lengths: np.ndarray, length: int, step: int, center: bool):
-    """Per sample (window count), per window (index of its sample, position of its first tap)."""
+def window_counts(lengths: np.ndarray, length: int, step: int, center: bool):
+    """Per sample: its number of windows and the batch row of its first; and the offset of tap 0
+    of a sample's window k from ``k * step`` (``shift``)."""
     if center:
         counts = lengths // step + 1
         shift = length // 2
     else:
         counts = np.where(lengths >= length, (lengths - length) // step + 1, 0)
         shift = 0
-    first = flat_offsets(counts)
-    sample = np.repeat(np.arange(lengths.size, dtype=np.int64), counts)
-    k = np.arange(int(counts.sum()), dtype=np.int64) - first[sample]
-    return counts, first, sample, k * step - shift
+    return counts, flat_offsets(counts), shift
 
 
 @register_gpu("spectrogram")
@@ -113,23 +121,21 @@ def gpu_spectrogram(op, batch, inputs, arg_inputs):
     length, step, nfft = a["window_length"], a["window_step"], op.nfft
     nbins = nfft // 2 + 1
     lengths = np.prod(shapes, axis=1, dtype=np.int64)
-    counts, first, sample, tap0 = window_plan(lengths, length, step, a["center_windows"])
+    counts, first, shift = window_counts(lengths, length, step, a["center_windows"])
     frames_total = int(counts.sum())
     sizes = counts * nbins
     out_offsets = flat_offsets(sizes)
     out = cp.empty(max(int(sizes.sum()), 1), cp.float32)
     if frames_total:
-        rows = size_class(frames_total)
-        ftab = np.zeros((rows, 3), np.int64)  # rows past the windows: empty signals, zero frames
-        ftab[:frames_total, 0] = offsets[sample]
-        ftab[:frames_total, 1] = lengths[sample]
-        ftab[:frames_total, 2] = tap0
+        rows = size_class(frames_total)  # rows past the windows: zero frames
+        stab = np.stack([first, offsets, lengths], axis=1).astype(np.int64)
         frames = cp.empty((rows, nfft), cp.float32)
         total = rows * nfft
         g, b = grid(total, 1, cap=65535)
         raw_kernel(_KERNELS, "stoker_spectrogram_frames")(
-            (g[0], 1, 1), b, (buf, upload_table(ftab, batch), upload_table(op.window, batch), frames,
-                              np.int64(total), np.int64(nfft), np.int64(length),
+            (g[0], 1, 1), b, (buf, upload_table(stab, batch), np.int32(n), upload_table(op.window, batch), frames,
+                              np.int64(total), np.int64(frames_total), np.int64(nfft), np.int64(length),
+                              np.int64(step), np.int64(shift),
                               np.int32(bool(a["reflect_padding"] and a["center_windows"]))))
         spec = cp.fft.rfft(frames, axis=1)
         stab = np.stack([first, counts, out_offsets, counts], axis=1).astype(np.int64)
