@@ -216,8 +216,9 @@ class Settings:
         "outputs as without it.")
     # GPU
     gpu_pool: Setting[str] = Setting(
-        "default", _choice("default", "plain", "async", "torch"), "CuPy's device allocator: the caching pool "
-        "with size classes, the pool as it is, the driver's pool, or PyTorch's caching allocator.")
+        "default", _choice("default", "plain", "async", "hybrid", "torch"), "CuPy's device allocator: the "
+        "caching pool with size classes, the pool as it is, the driver's pool, the driver's pool for requests "
+        "of 4 MiB or more and the caching pool for the rest, or PyTorch's caching allocator.")
     cuda_sync: Setting[str] = Setting(
         "default", _choice("default", "spin", "yield", "blocking"), "How host threads wait for the GPU.")
     nvjpeg_hw: Setting[bool] = Setting(

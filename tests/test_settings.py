@@ -44,7 +44,7 @@ def test_flags_take_the_usual_words(text, value):
     ("STOKER_FUSE", "maybe", "true / false"),
     ("STOKER_CPU_PROCESSES", "-1", "auto or a whole number >= 0"),
     ("STOKER_CPU_DECODE_SHARE", "nan", "a number in [0, 1]"),
-    ("STOKER_GPU_POOL", "cuda", "default / plain / async / torch"),
+    ("STOKER_GPU_POOL", "cuda", "default / plain / async / hybrid / torch"),
     ("STOKER_SWITCH_INTERVAL", "soon", "seconds >= 0"),
 ])
 def test_a_bad_value_names_the_variable_and_what_it_takes(name, text, accepts):
