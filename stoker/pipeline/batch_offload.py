@@ -122,6 +122,13 @@ class BatchOffload:
     def run(self, inst, batch, inputs: list, arg_inputs: dict):
         """The operator's outputs for this batch computed by a helper, or None where the
         pipeline's process should compute them."""
+        pending = self.submit(inst, batch, inputs, arg_inputs)
+        return None if pending is None else self.result(pending)
+
+    def submit(self, inst, batch, inputs: list, arg_inputs: dict):
+        """Send the batch to a free helper (waiting for one to be free) and return at once: a
+        handle for :meth:`result`, which must be called once, or None where the pipeline's process
+        should compute the batch."""
         if self.broken:
             return None
         key = id(inst)
@@ -130,11 +137,22 @@ class BatchOffload:
         conn = self._idle.get()  # (a free helper; each is used by one thread at a time)
         try:
             if not self._ready(conn):
+                self._idle.put(conn)
                 return None
             if key not in conn.sent:
                 send_msg(conn.sock, ("op", key, pickle.dumps(inst, protocol=pickle.HIGHEST_PROTOCOL)))
                 conn.sent.add(key)
             send_msg(conn.sock, ("run", key, fields, inputs, arg_inputs))
+        except (OSError, EOFError, pickle.PicklingError, TypeError, AttributeError) as e:
+            self._give_up(f"{type(e).__name__}: {e}")
+            self._idle.put(conn)
+            return None
+        return conn
+
+    def result(self, conn):
+        """The outputs of the batch :meth:`submit` sent to helper ``conn`` (waiting for them), or
+        None where the pipeline's process should compute them."""
+        try:
             reply = recv_msg(conn.sock)
         except (OSError, EOFError, pickle.PicklingError, TypeError, AttributeError) as e:
             self._give_up(f"{type(e).__name__}: {e}")

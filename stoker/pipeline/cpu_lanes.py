@@ -33,7 +33,7 @@ import threading
 
 from stoker import settings
 from stoker.errors import StokerError
-from stoker.pipeline import fusion
+from stoker.pipeline import deferred_offload, fusion
 
 
 def start(ex, marker) -> int:
@@ -106,11 +106,13 @@ def run_lane(ex, turns: Turns, source_steps: list, other_steps: list, stop) -> N
         try:
             with turns.turn("advance", it.seq):
                 _advance(ex, it, source_steps)
+            it.deferred = []  # (a batch operator's helper answer may wait for the hand-over)
             if it.error is None and not ex.closed:
                 _middle(ex, it, other_steps)
             with turns.turn("hand", it.seq):
                 if it.error is None and not ex.closed:
                     _hand_over(ex, it)
+                deferred_offload.collect(ex, it)
                 if ex.closed and it.error is None:
                     it.error = StokerError("the pipeline was closed")
                 ex.hand_on(it)

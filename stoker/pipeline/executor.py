@@ -36,7 +36,7 @@ from stoker.errors import OperatorError, StokerError
 from stoker.operators.base import BatchContext, HostHalf
 from stoker.operators.decoders.cpu import tune_allocator_once
 from stoker.operators.transfer import seal_tables
-from stoker.pipeline import conditionals, cpu_lanes, fusion, sample_drops
+from stoker.pipeline import conditionals, cpu_lanes, deferred_offload, fusion, sample_drops
 from stoker.pipeline.graph import Graph
 from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
@@ -112,6 +112,7 @@ class Iteration:
     track: Any = None  # per-sample bookkeeping under skip/substitute (tracking.Track)
     scopes: dict = field(default_factory=dict)  # conditional branch id -> its samples' indices
     seq: int = 0  # schedule order (the CPU-stage lanes take their turns by it)
+    deferred: list | None = None  # a lane's helper answers taken at the hand-over (deferred_offload)
 
 
 class Executor:
@@ -150,6 +151,7 @@ class Executor:
         self._chain_processes = chain_process_count(num_threads)
         self._chain_workers = None
         self._batch_offload = start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))
+        self._deferrable = deferred_offload.deferrable(graph, self._cpu_steps, self._batch_offload)
         self._seq = 0
         self._ended = False  # a source raised StopIteration: later iterations end too
         self._closed = False
@@ -529,6 +531,9 @@ class Executor:
         try:
             outs = None
             if not in_gpu_stage and getattr(inst, "offload_cpu", False) and getattr(self, "_batch_offload", None):
+                if it.deferred is not None and node.id == self._deferrable and \
+                        deferred_offload.submit(self, it, node, inst, ctx, inputs, arg_inputs):
+                    return
                 outs = self._batch_offload.run(inst, ctx, inputs, arg_inputs)  # None: compute it here
             if outs is None:
                 with self._timed("gpu" if gpu else "cpu", node):
