@@ -118,6 +118,7 @@ def run_lane(ex, turns: Turns, source_steps: list, other_steps: list, stop) -> N
                 ex.hand_on(it)
         except StokerError as e:  # closed while waiting for a turn: the stage threads are ending
             it.error = e
+            deferred_offload.collect(ex, it)  # (a helper it holds is free again for the other lane)
             ex.hand_on(it)
 
 

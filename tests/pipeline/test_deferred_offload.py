@@ -156,3 +156,15 @@ def test_a_failing_sample_raises_naming_the_operator(null_cupy, monkeypatch):
             p.close()
     assert "box_encoder" in str(err.value) and "sample" in str(err.value)
     assert "box_encoder" in sent  # it went to a helper, whose answer was taken at the hand-over
+
+
+def test_closing_with_deferred_answers_in_flight_does_not_hang(null_cupy):
+    with settings.override(batch_offload=True, cpu_lanes=2):
+        p = _pipe()
+        p.build()
+        p.run()
+        for _ in range(3):
+            p.schedule_run()  # (iterations in both lanes, some with a helper answer pending)
+        ex = p._executor
+        p.close()  # must return: both lanes, the GPU stage and the helpers end
+    assert not any(t.is_alive() for t in ex._threads)
