@@ -232,6 +232,11 @@ class Operator:
     # batches, and the instance pickles: it may then run in a helper process, off the pipeline's
     # GIL (stoker.pipeline.batch_offload).
     offload_cpu = False
+    # True where run_sample is many NumPy calls on mid-sized arrays (a spectrogram's chunks, a
+    # mel bank's blocks): each takes the GIL on its way in and out, so threads running such a
+    # fused chain wait for each other. Such a chain then runs in worker processes from 2 threads
+    # on (stoker.pipeline.stage_setup.chain_process_count), not only from 8.
+    prefers_worker_processes = False
     # True on a class whose own run_cpu only checks batch-level arguments or adds argument inputs
     # and then calls the inherited run_cpu, returning its result unchanged: the samples are still
     # computed by run_sample alone, so pipeline fusion may call run_sample directly. Read from the

@@ -148,7 +148,7 @@ class Executor:
         self._cpu_steps = fusion.plan(graph) if fusion.enabled() else list(graph.cpu_nodes)
         if graph.cpu_nodes:  # host operators make image-sized arrays (decoders.cpu says why)
             tune_allocator_once()
-        self._chain_processes = chain_process_count(num_threads)
+        self._chain_processes = chain_process_count(num_threads, numpy_heavy=fusion.numpy_heavy(graph, self._cpu_steps))
         self._chain_workers = None
         self._batch_offload = start_batch_offload(graph, num_threads, cpu_lanes.lanes_possible(self))
         self._deferrable = deferred_offload.deferrable(graph, self._cpu_steps, self._batch_offload)

@@ -15,21 +15,31 @@ from stoker.pipeline.host_cores import usable_cores
 _log = logging.getLogger("stoker")
 
 
-def chain_process_count(num_threads: int, cpus: int | None = None) -> int:
+def chain_process_count(num_threads: int, cpus: int | None = None, numpy_heavy: bool = False) -> int:
     """Worker processes for fused CPU chains (stoker.pipeline.chain_processes):
     ``STOKER_CPU_PROCESSES`` = N, 0 (off) or "auto" (default: ``min(num_threads, cpus) - 1`` for
     pipelines of 8 or more threads on Linux machines of 8 or more cores, else none; ``cpus``
     defaults to the cores this process may use). Why those bounds: on a 16-core host the CPU
     pipelines ran about 3x faster with 15 workers, while at 2 threads (2 cores) in-process and
-    workers were level (benchmarks/results_log.md)."""
+    workers were level (benchmarks/results_log.md).
+
+    ``numpy_heavy`` (a fused chain holds an operator with ``prefers_worker_processes``): auto
+    gives ``min(num_threads, cpus)`` workers from 2 threads and 2 cores on. The CPU speech front
+    end at 2 threads on 2 cores ran 9-20 % faster with 2 workers than in-process (1 worker: 25 %
+    slower), while image chains there stay level or slower (benchmarks/RESULTS.md, session 20)."""
     value = settings.get().cpu_processes
     if not hasattr(os, "memfd_create"):
         return 0
     if value is None:
         if cpus is None:
             cpus = usable_cores()
-        many = num_threads >= 8 and cpus >= 8 and sys.platform.startswith("linux")
-        return min(num_threads, cpus) - 1 if many else 0
+        if not sys.platform.startswith("linux"):
+            return 0
+        if num_threads >= 8 and cpus >= 8:
+            return min(num_threads, cpus) - 1
+        if numpy_heavy and num_threads >= 2 and cpus >= 2:
+            return min(num_threads, cpus)
+        return 0
     return value
 
 

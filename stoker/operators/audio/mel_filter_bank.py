@@ -146,6 +146,8 @@ def freq_axis(layout: str, ndim: int) -> int:
 class MelFilterBank(LayoutAware):
     """Triangular mel filters over the frequency axis of a spectrogram."""
 
+    prefers_worker_processes = True  # (NumPy call after NumPy call: base.Operator says why)
+
     schema = Schema(
         name="mel_filter_bank",
         legacy_name="MelFilterBank",

@@ -55,6 +55,8 @@ def dct_matrix(dct_type: int, n_in: int, n_out: int, normalize: bool, lifter: fl
 class Mfcc(Operator):
     """DCT of mel spectrograms: cepstral coefficients."""
 
+    prefers_worker_processes = True  # (NumPy call after NumPy call: base.Operator says why)
+
     schema = Schema(
         name="mfcc",
         legacy_name="MFCC",

@@ -187,6 +187,8 @@ def stft_power(x: np.ndarray, nfft: int, length: int, step: int, window: np.ndar
 class Spectrogram(Operator):
     """Power or magnitude spectrogram of 1D audio."""
 
+    prefers_worker_processes = True  # (NumPy call after NumPy call: base.Operator says why)
+
     schema = Schema(
         name="spectrogram",
         legacy_name="Spectrogram",
