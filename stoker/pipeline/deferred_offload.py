@@ -83,7 +83,7 @@ def collect(ex, it) -> None:
     pending, it.deferred = it.deferred or [], None
     for p in pending:
         outs = ex.batch_offload.result(p.conn)
-        if it.error is not None:
+        if it.error is not None or ex.closed:  # (nothing will read the outputs)
             continue
         if outs is None:  # the helper could not: the node runs here as it would have (its errors too)
             try:
