@@ -259,10 +259,9 @@ class TensorListCPU(SampleList):
                 buf = np.concatenate(self._samples, axis=None)  # (gaps between the samples)
             return _rebuild_flat, (buf, shapes, self._layout, self._source_info)
         samples = self._samples
-        # (axis=None flattens each sample in C: no Python call per sample)
         if not samples:
             return _rebuild_flat, (np.empty(0), np.zeros((0, 0), np.int64), self._layout, self._source_info)
-        values = np.concatenate(samples, axis=None)
+        values = pack_samples(samples)
         shapes = np.array([s.shape for s in samples], np.int64).reshape(len(samples), samples[0].ndim)
         return _rebuild_flat, (values, shapes, self._layout, self._source_info)
 
@@ -436,6 +435,24 @@ def stacked_small(inputs: list):
 
 def _rebuild_dense(values: np.ndarray, layout: str, source_info) -> TensorListCPU:
     return batch_of_rows(values, layout, source_info)
+
+
+def pack_samples(samples: list) -> np.ndarray:
+    """The samples' values back to back in one flat array (C order).
+
+    Samples of a few KB (boxes, labels, per-sample arguments) are joined as bytes: NumPy lets go
+    of the GIL around every array it copies, however small, so concatenating 256 of them beside
+    a busy thread waited for the lock 256 times (the SSD pipeline's batches sent to its helper
+    process: ~0.9 ms a batch on 2 cores, against ~0.03 ms joined). Larger or non-contiguous
+    samples, and object arrays, are concatenated by NumPy."""
+    dtype = samples[0].dtype
+    if dtype.hasobject or sum(s.nbytes for s in samples) > _JOIN_BYTES or \
+            not all(s.flags.c_contiguous for s in samples):
+        return np.concatenate(samples, axis=None)  # (axis=None flattens each sample in C)
+    return np.frombuffer(bytearray(b"".join(map(memoryview, samples))), dtype)
+
+
+_JOIN_BYTES = 1 << 20  # (beyond this, copies long enough that letting go of the GIL pays)
 
 
 def _rebuild_flat(flat: np.ndarray, shapes: np.ndarray, layout: str, source_info) -> TensorListCPU:
