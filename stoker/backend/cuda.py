@@ -357,12 +357,14 @@ class PinnedRing:
     def upload_packed(self, arrays, dst_ptr: int, stream) -> None:
         """Copy host arrays back to back to device memory at ``dst_ptr``: one pack, one copy."""
         cp = cupy()
-        flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
-        total = sum(f.size for f in flat)
+        offsets, total = [], 0
+        for a in arrays:
+            offsets.append(total)
+            total += a.nbytes
         if total == 0:
             return
         k, buf = self._slot(total)
-        np.concatenate(flat, out=buf[:total])
+        pack_holding_gil(buf, arrays, offsets)
         cp.cuda.runtime.memcpyAsync(int(dst_ptr), buf.ctypes.data, total, cp.cuda.runtime.memcpyHostToDevice,
                                     stream.ptr)
         ev = cp.cuda.Event(disable_timing=True)

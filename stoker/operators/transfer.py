@@ -32,7 +32,10 @@ def upload_batch(host, batch: BatchContext):
     if not samples:
         return TensorListGPU([], host.layout(), sources)
     if len({s.shape for s in samples}) == 1:
-        dense = ring.upload(np.stack(samples) if len(samples) > 1 else samples[0][None], stream)
+        # packed straight into pinned memory (np.stack made one more copy, and let go of the GIL
+        # around each sample's: benchmarks/host_copy_contention.py)
+        dense = cuda.cupy().empty((len(samples), *samples[0].shape), samples[0].dtype)
+        ring.upload_packed(samples, dense.data.ptr, stream)
         return TensorListGPU(dense, host.layout(), sources)
     buf, offsets = ring.upload_many(samples, stream)
     dtype = samples[0].dtype

@@ -51,3 +51,20 @@ def test_upload_many_on_the_null_device_gives_back_the_samples():
         for a, off in zip(arrays, offsets):
             got = host[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
             np.testing.assert_array_equal(got, a)
+
+
+def test_a_host_batch_of_one_shape_goes_up_as_one_dense_array():
+    from stoker.operators.base import BatchContext
+    from stoker.operators.transfer import upload_batch
+    from stoker.tensors import TensorListCPU
+
+    rng = np.random.default_rng(5)
+    samples = [rng.integers(0, 255, (6, 5, 3), dtype=np.uint8) for _ in range(7)]
+    samples[3] = np.asfortranarray(samples[3])  # (a sample in another memory order)
+    with null_device.installed():
+        ctx = BatchContext(7, 0)
+        out = upload_batch(TensorListCPU(samples, "HWC"), ctx)
+        dense = np.asarray(out.dense()).view(np.ndarray)
+    assert dense.shape == (7, 6, 5, 3)
+    for i, s in enumerate(samples):
+        np.testing.assert_array_equal(dense[i], s)
