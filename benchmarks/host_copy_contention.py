@@ -2,14 +2,16 @@
 
     python benchmarks/host_copy_contention.py [--repeats 20] [--interval 0.0002]
 
-Two packings the pipeline's process makes per batch, each done two ways:
+Three packings the pipeline's process makes per batch, each done two ways:
 
 * **large**: 16 arrays of ~0.7 MB (a batch of decoded utterances) into one buffer, as ``_to_gpu``
   stages a ragged batch in pinned memory: NumPy slice assignment (lets go of the GIL around each
   copy) against ``stoker.backend.cuda.pack_holding_gil`` (memoryview assignment, keeps it);
 * **small**: 256 arrays of 1-8 boxes into one flat array, as a batch goes to the batch-operator
   helper (``TensorListCPU.__reduce__``): ``np.concatenate(axis=None)`` against
-  ``stoker.tensors.pack_samples`` (one bytes join).
+  ``stoker.tensors.pack_samples`` (one bytes join);
+* **dense**: 64 images of 224x224x3 of one shape into pinned staging, as ``.gpu()`` uploads a host
+  batch: ``np.stack`` and a copy of the stack against ``pack_holding_gil``.
 
 Each is timed alone and beside one thread spinning in Python, at the switch interval stoker sets
 (0.2 ms). Prints one JSON line per case and a table.
@@ -43,10 +45,19 @@ def _cases():
             buf[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
 
     small = [rng.random((int(k), 4)).astype(np.float32) for k in rng.integers(1, 9, 256)]
+    images = [rng.integers(0, 255, (224, 224, 3), dtype=np.uint8) for _ in range(64)]
+    image_offsets = [k * images[0].nbytes for k in range(len(images))]
+    image_buf = np.empty(len(images) * images[0].nbytes, np.uint8)
+
+    def stack_then_copy():
+        image_buf[:] = np.stack(images).reshape(-1)
+
     return [("large: numpy slice copies", numpy_slices),
             ("large: pack_holding_gil", lambda: pack_holding_gil(buf, large, offsets)),
             ("small: np.concatenate", lambda: np.concatenate(small, axis=None)),
-            ("small: pack_samples", lambda: pack_samples(small))]
+            ("small: pack_samples", lambda: pack_samples(small)),
+            ("dense: np.stack, then a copy", stack_then_copy),
+            ("dense: pack_holding_gil", lambda: pack_holding_gil(image_buf, images, image_offsets))]
 
 
 def _spin(stop: threading.Event) -> None:
