@@ -14,7 +14,9 @@ The recipe (stoker/plugin/README.md, "Several ranks"):
 * the loss is summed per rank and divided by the number of samples of the step over all ranks,
   and the gradients are summed over the ranks, so short batches weigh what they hold;
 * each rank saves its own checkpoint (``iterator.checkpoints()``) and resumes from it with
-  ``Pipeline(checkpoint=...)``; resuming at another world size is refused (the error names both).
+  ``Pipeline(checkpoint=...)``. At another world size, every new rank passes the list of all old
+  ranks' checkpoints: the interrupted epoch is finished first, its unread files spread over the
+  new ranks (each read once, equal step counts), then epochs go on at the new size.
 
 ``--record FILE`` writes, per step, the rank, epoch and the paths it read (JSON lines; the test
 uses it); ``--stop-after N`` saves a checkpoint after N steps and exits (a simulated preemption);
@@ -77,8 +79,8 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)  # the same initial weights on every rank
 
     ckpt_path = os.path.join(args.checkpoint_dir, f"rank{rank}.pt") if args.checkpoint_dir else None
-    state = torch.load(ckpt_path, weights_only=True) if args.resume else None
-    it = make_iterator(args, rank, world, state["pipeline"] if state else None)
+    state, pipeline_state = load(args.checkpoint_dir, rank, world) if args.resume else (None, None)
+    it = make_iterator(args, rank, world, pipeline_state)
 
     classes = args.classes or len([d for d in os.scandir(args.data) if d.is_dir()])
     # A plain model and one all_reduce of the gradients per step: what DistributedDataParallel does,
@@ -91,6 +93,7 @@ def main(argv=None) -> None:
         opt.load_state_dict(state["optimizer"])
     record = open(f"{args.record}.rank{rank}", "a") if args.record else None
 
+    loss = None
     while epoch < args.epochs:
         for batch in it:
             b = batch[0]
@@ -117,7 +120,7 @@ def main(argv=None) -> None:
                 dist.destroy_process_group()
                 return
         epoch += 1
-        if rank == 0:
+        if rank == 0 and loss is not None:  # (an epoch resumed after its last step has none left)
             print(f"epoch {epoch}: {len(it)} steps per rank, last loss {loss.item():.3f} (rank 0)", flush=True)
     if ckpt_path:
         save(ckpt_path, it, model, opt, epoch, step)
@@ -129,8 +132,20 @@ def save(path: str | None, it, model, opt, epoch: int, step: int) -> None:
     if path is None:
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    torch.save({"pipeline": it.checkpoints()[0], "epoch": epoch, "step": step,
+    torch.save({"pipeline": it.checkpoints()[0], "epoch": epoch, "step": step, "world": dist.get_world_size(),
                 "model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+
+
+def load(folder: str, rank: int, world: int):
+    """This rank's training state and what its pipeline resumes from: its own checkpoint at the
+    same world size, the list of every old rank's at another (the model is the same on all)."""
+    first = torch.load(os.path.join(folder, "rank0.pt"), weights_only=True)
+    old_world = first.get("world", world)
+    if old_world == world:
+        state = torch.load(os.path.join(folder, f"rank{rank}.pt"), weights_only=True)
+        return state, state["pipeline"]
+    states = [torch.load(os.path.join(folder, f"rank{r}.pt"), weights_only=True) for r in range(old_world)]
+    return first, [s["pipeline"] for s in states]
 
 
 if __name__ == "__main__":

@@ -29,6 +29,58 @@ from stoker.errors import CheckpointError, printable
 _KNOWN_KEYS = {"iteration", "sources", "fingerprint", "iterator"}
 
 
+def restorable(checkpoint) -> dict | None:
+    """``Pipeline(checkpoint=...)``'s argument parsed: None, one checkpoint (:func:`parse`) or a
+    list of the ranks' checkpoints of another world size (:func:`resharded`)."""
+    if checkpoint is None:
+        return None
+    return resharded(checkpoint) if isinstance(checkpoint, (list, tuple)) else parse(checkpoint)
+
+
+def resharded(checkpoints) -> dict:
+    """One checkpoint from those of every rank of a run with another number of shards (a list, in
+    shard order), for a pipeline of this run to resume from (``Pipeline(checkpoint=[...])``).
+
+    Each reader gets all the old ranks' states and works out its own part of the interrupted pass
+    (:func:`stoker.operators.readers._order.resharded_state`); a framework iterator starts its
+    epoch bookkeeping over for that pass. The checkpoints must come from one pipeline (one
+    fingerprint) and be taken at one step (the same iteration). A source that is not a reader
+    (an external source with a position) cannot be spread over another number of ranks: refused."""
+    if not isinstance(checkpoints, (list, tuple)) or not checkpoints:
+        raise CheckpointError("checkpoint: expected a non-empty list of the old ranks' checkpoints")
+    parsed = [parse(c) for c in checkpoints]
+    if len(parsed) == 1:
+        return parsed[0]
+    prints = [json.dumps(p.get("fingerprint"), sort_keys=True) for p in parsed]
+    if len(set(prints)) != 1:
+        raise CheckpointError("checkpoint: the ranks' checkpoints come from different pipelines (their fingerprints "
+                              "differ); pass the checkpoints of one run, one per rank")
+    iterations = {p["iteration"] for p in parsed}
+    if len(iterations) != 1:
+        raise CheckpointError(f"checkpoint: the ranks' checkpoints were taken at different iterations "
+                              f"{sorted(iterations)}; take them at the same step on every rank")
+    names = {frozenset(p["sources"]) for p in parsed}
+    if len(names) != 1:
+        raise CheckpointError("checkpoint: the ranks' checkpoints hold different sources")
+    sources = {}
+    for name in parsed[0]["sources"]:
+        states = [p["sources"][name] for p in parsed]
+        if all(not s for s in states):
+            sources[name] = {}
+        elif all("position" in s for s in states):
+            sources[name] = {"resharded_from": states}
+        else:
+            raise CheckpointError(f"checkpoint: source {printable(name)!s} is not a reader (its position is "
+                                  f"{printable(json.dumps(states[0])[:80])!s}) and cannot be spread over another "
+                                  "number of ranks")
+    merged = {"iteration": iterations.pop(), "sources": sources}
+    if parsed[0].get("fingerprint") is not None:
+        merged["fingerprint"] = parsed[0]["fingerprint"]
+    if any(p.get("iterator") is not None for p in parsed):
+        merged["iterator"] = {"resharded_from": [p.get("iterator") for p in parsed]}
+    return merged
+
+
 def _kind(value) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)

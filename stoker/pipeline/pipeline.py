@@ -106,8 +106,9 @@ class Pipeline(PipelineExtras):
     counts that drift against the passes (the iterator warns). "substitute" puts a good sample of
     the batch in a bad one's place (``fn.valid_mask()`` marks it).
 
-    ``checkpoint``: the text of :meth:`checkpoint` (or its dict). It must come from this pipeline
-    (same seed, readers, data sets and stoker version: its fingerprint) or the build raises a
+    ``checkpoint``: the text of :meth:`checkpoint` (or its dict), or a list of them, one per rank of
+    another world size (:func:`stoker.pipeline.checkpoint.resharded`). It must come from this pipeline
+    (same seed, readers, data sets, stoker version: its fingerprint) or the build raises a
     CheckpointError saying what differs; without ``seed``, the checkpoint's seed is used.
 
     ``debug=True``: the definition runs again at every ``run()``, one operator at a time on real
@@ -147,9 +148,8 @@ class Pipeline(PipelineExtras):
         self._max_pixels = max_pixels
         self._batch_size = batch_size
         self._device_id = None if device_id in (None, -1) else device_id
-        # A checkpoint is checked for its structure now; for whether it comes from this pipeline
-        # at build (stoker.pipeline.checkpoint).
-        self._checkpoint = checkpoint_format.parse(checkpoint) if checkpoint is not None else None
+        # (a checkpoint's structure is checked now, whether it comes from this pipeline at build)
+        self._checkpoint = checkpoint_format.restorable(checkpoint)
         if seed is None or seed == -1:
             # Resuming without a seed: the checkpoint's, for the random streams it was taken in.
             saved = (self._checkpoint or {}).get("fingerprint") or {}

@@ -43,6 +43,7 @@ import numpy as np
 
 from stoker.errors import CheckpointError, printable
 from stoker.pipeline import checkpoint as checkpoint_format
+from stoker.plugin import resharded_epoch
 from stoker.plugin._pass_tracking import PassTracker, bound_passes, may_skip, skips_samples
 
 __all__ = ["LastBatchPolicy", "BaseIterator"]
@@ -144,6 +145,8 @@ class BaseIterator:
         self._reported = [0] * self._num_gpus  # per pipeline: error entries already summarized
         self._summarized = False  # this epoch's summary was logged
         self._passes: PassTracker | None = None
+        self._after_resharded: tuple | None = None  # (resharded_epoch: the sizes after a resumed pass)
+        self._resharded_next = False  # (resharded_epoch: that pass is the next epoch)
         self._track_passes(reader_name)
         self._set_up_checkpoints()
 
@@ -219,6 +222,8 @@ class BaseIterator:
         self._counter_per_gpu = np.zeros(self._shards_num, dtype=np.int64)
         self._shard_sizes_per_gpu = self._shard_sizes(np.arange(self._shards_num))
         self._shard_sizes_per_gpu_initial = self._shard_sizes_per_gpu.copy()
+        # each pipeline's pass resumed at another world size, if it is one (resharded_epoch.start)
+        self._resharded_metas = [m.get("resharded_pass") for m in metas]
 
     def _shard_sizes(self, shard_ids: np.ndarray) -> np.ndarray:
         # Readers split N samples into S shards at floor(k * N / S).
@@ -318,6 +323,7 @@ class BaseIterator:
                 self._first_batch = BaseIterator.__next__(self)
                 self._ever_consumed = False
             except StopIteration:
+                self._ever_consumed = False  # (a restored epoch that had ended: the caller's next() ends it)
                 if not any(_restored_iterator_data(p) is not None for p in self._pipes):
                     raise RuntimeError(
                         "iterator: the pipeline produced no data. With LastBatchPolicy.PARTIAL this happens "
@@ -384,6 +390,7 @@ class BaseIterator:
         if self._reader_name:
             if not self._is_stick_to_shard:
                 self._shards_id = (self._shards_id + 1) % self._shards_num
+            resharded_epoch.at_reset(self)  # (a pass resumed at another world size begins or ends)
             if fill_unpadded:
                 if not self._is_stick_to_shard:
                     self._shard_sizes_per_gpu = np.roll(self._shard_sizes_per_gpu, 1)
@@ -479,18 +486,24 @@ class BaseIterator:
             state["passes"] = self._passes.state()
         if self._reader_name:
             state["num_shards"] = self._shards_num
+        if self._after_resharded is not None:
+            state["resharded"] = resharded_epoch.saved(self)
         return state
 
     def _restore_state(self, state: dict) -> None:
+        if isinstance(state, dict) and "resharded_from" in state:
+            resharded_epoch.start(self, state["resharded_from"])
+            return
         saved_shards = state.get("num_shards") if isinstance(state, dict) else None
         if saved_shards is not None and self._reader_name and saved_shards != self._shards_num:
             # Positions and per-shard counters mean nothing under another split of the data set:
             # resuming would repeat or skip samples, so it is refused (see plugin/README.md).
             raise CheckpointError(
                 f"iterator: the checkpoint was taken with num_shards={saved_shards} for reader "
-                f"'{self._reader_name}', this run has num_shards={self._shards_num}; stoker resumes an epoch "
-                f"only at the world size it was saved with. Resume with {saved_shards} ranks, or start the "
-                "new world size without a checkpoint (at an epoch boundary)")
+                f"'{self._reader_name}', this run has num_shards={self._shards_num}; one rank's checkpoint "
+                f"resumes only at the world size it was saved with. At another, give every new rank the list "
+                f"of all {saved_shards} old ranks' checkpoints (Pipeline(checkpoint=[...]), with the reader's "
+                "pad_last_batch=True)")
         try:
             for name in self._CHECKPOINTED:
                 if name in state and hasattr(self, name):
@@ -498,6 +511,8 @@ class BaseIterator:
                     setattr(self, name, np.asarray(v, dtype=np.int64) if isinstance(v, list) else int(v))
             if self._passes is not None and "passes" in state:
                 self._passes.set_state(state["passes"])
+            if "resharded" in state:  # (saved during a pass resumed at another world size)
+                resharded_epoch.restore(self, state["resharded"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointError(f"iterator: the checkpoint's iterator state does not fit this iterator "
                                   f"({type(e).__name__}: {e}): {printable(json.dumps(state)[:160])}") from None

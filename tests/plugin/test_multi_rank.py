@@ -1,6 +1,7 @@
 """The torchrun recipe (examples/torchrun_train.py) on the CPU with gloo: 2 and 3 ranks, each on its
-shard. Every file exactly once per epoch over the ranks, equal step counts, per-rank resume, and a
-refused resume at another world size."""
+shard. Every file exactly once per epoch over the ranks, equal step counts, per-rank resume, resume
+at another world size from every old rank's checkpoint, and a refused resume at another world size
+from one rank's checkpoint alone."""
 
 import collections
 import json
@@ -129,3 +130,24 @@ def test_resume_at_another_world_size_is_refused(tiny_dataset, tmp_path):
         torchrun_train.make_iterator(args, 0, 3, cp)
     resumed = torchrun_train.make_iterator(args, 0, 2, cp)  # the same world size resumes
     assert len(resumed) == len(it)
+
+
+@pytest.mark.parametrize("old, new, stop", [(2, 3, 2), (3, 2, 1), (3, 2, 2), (3, 3, 2)])
+def test_resume_at_another_world_size_reads_the_rest_of_the_epoch_once(tiny_dataset, tmp_path, old, new, stop):
+    """The old ranks stop mid-epoch (or, for 3 ranks after 2 steps, at the epoch's end); the new
+    ranks get every old rank's checkpoint (at the same world size, their own). Over both runs
+    every file is read once in the interrupted epoch, the new ranks take equal step counts in each
+    epoch, and the next epoch covers every file once at the new world size."""
+    common = ["--data", tiny_dataset, "--epochs", str(EPOCHS), "--batch-size", "4",
+              "--checkpoint-dir", str(tmp_path / "ck")]
+    _wait(_launch(old, [*common, "--stop-after", str(stop), "--record", str(tmp_path / "before")]))
+    _wait(_launch(new, [*common, "--resume", "--record", str(tmp_path / "after")]))
+    before, after = _records(tmp_path / "before", old), _records(tmp_path / "after", new)
+    files = sorted(str(p.relative_to(tiny_dataset)) for p in Path(tiny_dataset).rglob("*.jpg"))
+    first = collections.Counter(p for recs in before + after for r in recs if r["epoch"] == 0 for p in r["paths"])
+    assert sorted(first) == files and set(first.values()) == {1}, "epoch 0 over both runs"
+    for epoch in range(EPOCHS):
+        steps = {len([r for r in recs if r["epoch"] == epoch]) for recs in after}
+        assert len(steps) == 1, f"unequal step counts in epoch {epoch}: {steps}"
+    second = collections.Counter(p for recs in after for r in recs if r["epoch"] == 1 for p in r["paths"])
+    assert sorted(second) == files and set(second.values()) == {1}, "epoch 1 at the new world size"

@@ -268,10 +268,14 @@ class IndexedReader(Reader):
     def meta(self) -> dict:
         order = self._ensure_listed()
         a = self.args
-        return {"epoch_size": order.n, "epoch_size_padded": order.epoch_size_padded(),
+        meta = {"epoch_size": order.n, "epoch_size_padded": order.epoch_size_padded(),
                 "number_of_shards": a["num_shards"], "shard_id": a["shard_id"],
                 "pad_last_batch": int(a.get("pad_last_batch", False)),
                 "stick_to_shard": int(a.get("stick_to_shard", False))}
+        resumed = order.resumed_pass()
+        if resumed is not None:  # (resumed at another world size: the iterator's first epoch is this pass)
+            meta["resharded_pass"] = resumed
+        return meta
 
     def state(self) -> dict:
         if self._order is None:

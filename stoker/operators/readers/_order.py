@@ -63,6 +63,9 @@ class ShardedOrder:
         self.position = 0  # samples of this pass already handed out (padding included)
         self._perm_key = None
         self._perm: np.ndarray | None = None
+        # (pass, data set indices, length with padding, real samples): a pass resumed at another
+        # world size reads what the old ranks had left of it instead of a shard (resharded_state)
+        self._remainder: tuple[int, np.ndarray, int, int] | None = None
 
     # --- sizes -------------------------------------------------------------
     def shard_of_pass(self, k: int) -> int:
@@ -73,6 +76,8 @@ class ShardedOrder:
 
     def pass_length(self, k: int) -> int:
         """Samples the stream hands out in pass ``k`` (padding included)."""
+        if self._remainder is not None and k == self._remainder[0]:
+            return self._remainder[2]
         if self.pad_last_batch:  # every shard padded to the largest one's size, then to a whole batch
             largest = -(-self.n // self.num_shards)
             return -(-largest // self.batch_size) * self.batch_size
@@ -88,6 +93,8 @@ class ShardedOrder:
     # --- the stream -----------------------------------------------------------
     def _pass_indices(self, k: int) -> np.ndarray:
         """The data set indices read in pass ``k`` (without padding), cached for the current pass."""
+        if self._remainder is not None and k == self._remainder[0]:
+            return self._remainder[1]
         shard = self.shard_of_pass(k)
         key = (k, shard)
         if self._perm_key != key:
@@ -122,13 +129,92 @@ class ShardedOrder:
 
     # --- checkpoints ----------------------------------------------------------
     def state(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "shard": self.shard_of_pass(self.epoch)}
+        out = {"epoch": self.epoch, "position": self.position, "shard": self.shard_of_pass(self.epoch)}
+        if self._remainder is not None and self._remainder[0] == self.epoch:
+            _, indices, length, real = self._remainder
+            out["remainder"] = {"indices": indices.tolist(), "length": length, "real": real}
+        return out
+
+    def resumed_pass(self) -> dict | None:
+        """The current pass's shard, length and real samples where it is a pass resumed at another
+        world size (:func:`resharded_state`), else None."""
+        if self._remainder is None or self._remainder[0] != self.epoch:
+            return None
+        return {"shard": self.shard_of_pass(self.epoch), "length": self._remainder[2], "real": self._remainder[3]}
 
     def set_state(self, state: dict) -> None:
+        if "resharded_from" in state:  # the states of the ranks of another world size
+            state = resharded_state(self, state["resharded_from"])
         epoch, position = int(state["epoch"]), int(state["position"])
+        self._remainder = None
+        rest = state.get("remainder")
+        if rest is not None:
+            indices, length = np.asarray(rest["indices"], np.int64).reshape(-1), int(rest["length"])
+            real = int(rest.get("real", indices.size))
+            if (indices.size and (indices.min() < 0 or indices.max() >= self.n)) or length < indices.size \
+                    or (length and not indices.size) or not 0 <= real <= indices.size:
+                raise ValueError(f"reader state {state} does not fit this data set ({self.n} samples)")
+            self._remainder = (epoch, indices, length, real)
         if epoch < 0 or not 0 <= position < max(1, self.pass_length(epoch)):
             raise ValueError(f"reader state {state} does not fit this data set ({self.n} samples)")
         if "shard" in state and int(state["shard"]) != self.shard_of_pass(epoch):
             raise ValueError(f"reader state {state} was saved for another shard "
                              f"(this reader reads shard {self.shard_of_pass(epoch)} in pass {epoch})")
         self.epoch, self.position = epoch, position
+
+
+def unread_in_pass(order: ShardedOrder) -> np.ndarray:
+    """The data set indices ``order`` has not handed out yet in its current pass (padding aside)."""
+    if order.pass_length(order.epoch) == 0:
+        return np.zeros(0, np.int64)
+    return np.asarray(order._pass_indices(order.epoch)[order.position:], np.int64)
+
+
+def resharded_state(order: ShardedOrder, old_states: list) -> dict:
+    """The state with which ``order`` (shard ``shard_id`` of ``num_shards``) resumes from the
+    states of every rank of a run with another number of shards (``old_states``, by shard id).
+
+    Semantics: the pass the old ranks were reading is finished first. Whatever they had not read
+    of it, taken rank after rank in their reading order, is cut into ``num_shards`` contiguous
+    parts by DALI's shard formula, and this rank reads part ``shard_id``. With
+    ``pad_last_batch``, every part is padded to the largest one's size, then to a whole
+    batch, so every rank takes the same number of steps (a rank left with nothing repeats the
+    last sample left). The passes after it are this run's own: pass ``k + 1`` reads shard
+    ``shard_of_pass(k + 1)``. Every sample of the interrupted pass is so read exactly once, by one
+    run or the other. The old ranks must all be in the same pass (a checkpoint taken at one step
+    by every rank)."""
+    states = [dict(s) for s in old_states]
+    if not states:
+        raise ValueError("no checkpoint states to resume from")
+    passes = {int(s["epoch"]) for s in states}
+    if len(passes) != 1:
+        raise ValueError(f"the checkpoints' ranks are in different passes {sorted(passes)}; take them at the "
+                         "same step on every rank")
+    k = passes.pop()
+    unread = []
+    for shard_id, state in enumerate(states):
+        old = _copy_with(order, num_shards=len(states), shard_id=shard_id)
+        old.set_state(state)
+        unread.append(unread_in_pass(old))
+    left = np.concatenate(unread) if unread else np.zeros(0, np.int64)
+    m = left.size
+    lo, hi = shard_start(order.shard_id, order.num_shards, m), shard_start(order.shard_id + 1, order.num_shards, m)
+    part = left[lo:hi]
+    length = real = part.size
+    if order.pad_last_batch:
+        largest = -(-m // order.num_shards)
+        length = -(-largest // order.batch_size) * order.batch_size
+        if length and not part.size:
+            part = left[-1:]  # (only padding to read: repeat a sample; the iterator cuts it off)
+    return {"epoch": k, "position": 0, "shard": order.shard_of_pass(k),
+            "remainder": {"indices": part.tolist(), "length": int(length), "real": int(real)}}
+
+
+def _copy_with(order: ShardedOrder, num_shards: int, shard_id: int) -> ShardedOrder:
+    """``order``'s data set and shuffling, as read by shard ``shard_id`` of ``num_shards``."""
+    other = ShardedOrder(order.n, num_shards=num_shards, shard_id=shard_id, stick_to_shard=order.stick_to_shard,
+                         pad_last_batch=order.pad_last_batch, random_shuffle=order.random_shuffle,
+                         shuffle_seed=order.shuffle_seed, shuffle_after_epoch=order.shuffle_after_epoch,
+                         batch_size=order.batch_size)
+    other.sae_seed = order.sae_seed
+    return other
