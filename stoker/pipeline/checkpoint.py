@@ -49,8 +49,6 @@ def resharded(checkpoints) -> dict:
     if not isinstance(checkpoints, (list, tuple)) or not checkpoints:
         raise CheckpointError("checkpoint: expected a non-empty list of the old ranks' checkpoints")
     parsed = [parse(c) for c in checkpoints]
-    if len(parsed) == 1:
-        return parsed[0]
     prints = [json.dumps(p.get("fingerprint"), sort_keys=True) for p in parsed]
     if len(set(prints)) != 1:
         raise CheckpointError("checkpoint: the ranks' checkpoints come from different pipelines (their fingerprints "
@@ -67,8 +65,10 @@ def resharded(checkpoints) -> dict:
         states = [p["sources"][name] for p in parsed]
         if all(not s for s in states):
             sources[name] = {}
-        elif all("position" in s for s in states):
+        elif all("position" in s for s in states):  # (one old rank too: its shard is the whole data set)
             sources[name] = {"resharded_from": states}
+        elif len(states) == 1:  # (a source of a one-rank run that is not a reader keeps its position)
+            sources[name] = states[0]
         else:
             raise CheckpointError(f"checkpoint: source {printable(name)!s} is not a reader (its position is "
                                   f"{printable(json.dumps(states[0])[:80])!s}) and cannot be spread over another "

@@ -135,7 +135,20 @@ def test_an_external_source_with_a_position_is_refused(files):
 
     with pytest.raises(CheckpointError, match="not a reader"):
         resharded([cp(0), cp(0)])
-    assert resharded([cp(0)]) == cp(0)  # (one checkpoint: as it is)
+    assert resharded([cp(0)])["sources"] == cp(0)["sources"]  # (one old rank: its position is kept)
+    with pytest.raises(CheckpointError):
+        resharded([])
+
+
+def test_one_rank_resumed_on_several(files):
+    seen, cps = _stop(files, 1, 2)
+    for r in range(2):
+        pipe = _pipe(files, r, 2, checkpoint=cps)
+        resumed = pipe.reader_meta("Reader")["resharded_pass"]
+        seen += _read(pipe, resumed["length"] // B)[:resumed["real"]]
+        pipe.close()
+    counts = collections.Counter(seen)
+    assert sorted(counts) == list(range(N)) and set(counts.values()) == {1}
 
 
 @pytest.mark.parametrize("pad, policy", [(False, "PARTIAL"), (True, "DROP")])
