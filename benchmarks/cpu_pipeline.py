@@ -8,6 +8,7 @@ Pipelines (same augmentations everywhere):
   train: read file, decode with random crop (area 0.08-1, aspect 3/4-4/3), resize to 224x224,
          random horizontal mirror, normalize to float CHW.
   val:   read file, decode, resize shorter side to 256, centre crop 224, normalize to float CHW.
+  augmented, detection: benchmarks/op_zoo.py's pipelines of those names, decoded on the CPU.
 
 Libraries: ``stoker`` (its DALI-style API), ``stoker-unfused`` (the same with ``STOKER_FUSE=0``:
 every CPU operator over the whole batch on its own, no operator fusion), ``stoker-fast`` (the same with
@@ -48,11 +49,34 @@ def cpu_graph(fn, types, root: str, kind: str):
         imgs = fn.resize(imgs, resize_x=224, resize_y=224)
         return fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
                                         mirror=fn.random.coin_flip()), labels
+    if kind in ("augmented", "detection"):
+        return _zoo_graph(fn, types, root, kind)
     jpegs, labels = fn.readers.file(file_root=root, name="r")
     imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
     imgs = fn.resize(imgs, resize_shorter=256)
     return fn.crop_mirror_normalize(imgs, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
                                     mean=MEAN, std=STD), labels
+
+
+def _zoo_graph(fn, types, root: str, kind: str):
+    """benchmarks/op_zoo.py's augmented classification and detection-style pipelines, decoded on
+    the CPU: issue 16's GPU pipelines as a CPU-only host runs them."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import op_zoo
+
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    if kind == "augmented":
+        x = fn.resize(fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB),
+                      resize_x=256, resize_y=256)
+        for step in (op_zoo._rotate, op_zoo._color_twist, op_zoo.OPS["hsv"], op_zoo.OPS["gaussian_blur"],
+                     op_zoo._warp_shear):
+            x = step(fn, types, x)
+        return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW", mean=MEAN,
+                                        std=STD, mirror=fn.random.coin_flip()), labels
+    x = fn.resize(fn.decoders.image(jpegs, device="cpu", output_type=types.RGB), resize_shorter=320)
+    x = op_zoo.OPS["flip"](fn, types, op_zoo.OPS["paste"](fn, types, x))
+    x = fn.crop(x, crop=(384, 384), out_of_bounds_policy="pad", fill_values=0)
+    return fn.cast(x, dtype=types.FLOAT) / 255.0, labels
 
 
 def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
