@@ -26,7 +26,8 @@ def chain_process_count(num_threads: int, cpus: int | None = None, numpy_heavy: 
     ``numpy_heavy`` (a fused chain holds an operator with ``prefers_worker_processes``): auto
     gives ``min(num_threads, cpus)`` workers from 2 threads and 2 cores on. The CPU speech front
     end at 2 threads on 2 cores ran 9-20 % faster with 2 workers than in-process (1 worker: 25 %
-    slower), while image chains there stay level or slower (benchmarks/RESULTS.md, session 20)."""
+    slower), the augmented classification pipeline 17-23 % faster, while train, val and a
+    detection-style chain stay level or slower (benchmarks/RESULTS.md, session 20)."""
     value = settings.get().cpu_processes
     if not hasattr(os, "memfd_create"):
         return 0

@@ -90,6 +90,8 @@ def kernel_params(sigma: float, window: int) -> tuple[float, int]:
 class GaussianBlur(LayoutAware):
     """Blurs images, volumes or sequences with a Gaussian kernel."""
 
+    prefers_worker_processes = True  # (7 % faster in chain workers at 2 threads: base.Operator says why)
+
     schema = Schema(
         name="gaussian_blur",
         doc="Blurs along the spatial axes with a Gaussian kernel given by sigma and/or window_size "
