@@ -22,7 +22,8 @@ is a pure function of (seed, k), and ``shuffle_after_epoch`` permutes the whole
 data set with a function of (shuffle seed, k) that is the same on every shard
 (so across shards each pass still covers every sample exactly once). The
 position in the stream is therefore two integers, and a checkpoint restores in
-O(1) without replaying anything.
+O(1) without replaying anything. (Except in one pass: one resumed at another number
+of shards reads a list of indices, which its state carries: :func:`resharded_state`.)
 """
 
 from __future__ import annotations
