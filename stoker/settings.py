@@ -145,7 +145,8 @@ class Settings:
     cpu_processes: Setting[int | None] = Setting(
         None, _or_auto(COUNT), "Worker processes for fused CPU chains; 0 keeps them in the pipeline's process, "
         "auto uses min(num_threads, cores) - 1 for 8+ threads on 8+ cores, and min(num_threads, cores) from 2 "
-        "threads for chains with audio features, colour matrices or Gaussian blur (Linux).")
+        "threads for chains with operators that hold the GIL (audio features, colour matrices, blur, laplacian, "
+        "water, sphere, jitter; Linux).")
     batch_offload: Setting[bool | None] = Setting(
         None, _or_auto(FLAG), "Batch-wide CPU operators that opt in (random_bbox_crop, box_encoder) run in a "
         "helper process, off the pipeline's GIL (Linux); auto: in GPU pipelines whose CPU stage can run two "

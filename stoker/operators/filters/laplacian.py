@@ -46,6 +46,8 @@ def derivative_window(size: int) -> np.ndarray:
 class Laplacian(LayoutAware):
     """Laplacian of images, volumes or sequences (sum of smoothed second derivatives)."""
 
+    prefers_worker_processes = True  # (15-17 % faster in chain workers at 2 threads: base.Operator says why)
+
     schema = Schema(
         name="laplacian",
         doc="Sum over spatial axes of second derivatives, each computed with a derivative window along "
