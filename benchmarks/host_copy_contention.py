@@ -6,7 +6,7 @@ Three packings the pipeline's process makes per batch, each done two ways:
 
 * **large**: 16 arrays of ~0.7 MB (a batch of decoded utterances) into one buffer, as ``_to_gpu``
   stages a ragged batch in pinned memory: NumPy slice assignment (lets go of the GIL around each
-  copy) against ``stoker.backend.cuda.pack_holding_gil`` (memoryview assignment, keeps it);
+  copy) against ``stoker.tensors.pack_holding_gil`` (memoryview assignment, keeps it);
 * **small**: 256 arrays of 1-8 boxes into one flat array, as a batch goes to the batch-operator
   helper (``TensorListCPU.__reduce__``): ``np.concatenate(axis=None)`` against
   ``stoker.tensors.pack_samples`` (one bytes join);
@@ -29,8 +29,7 @@ import numpy as np
 
 
 def _cases():
-    from stoker.backend.cuda import pack_holding_gil
-    from stoker.tensors import pack_samples
+    from stoker.tensors import pack_holding_gil, pack_samples
 
     rng = np.random.default_rng(0)
     large = [rng.random(int(n)).astype(np.float32) for n in rng.integers(120_000, 240_000, 16)]

@@ -1,4 +1,4 @@
-"""stoker.backend.cuda.pack_holding_gil (the pinned staging of ragged uploads): every array's bytes
+"""stoker.tensors.pack_holding_gil (the pinned staging of ragged uploads): every array's bytes
 land at its offset, whatever its dtype, shape or strides, and nothing else is written; and
 PinnedRing.upload_many on the null device gives back the samples it was given."""
 
@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import null_device  # noqa: E402
 
 from stoker.backend import cuda  # noqa: E402
+from stoker.tensors import pack_holding_gil  # noqa: E402
 
 
 def _arrays():
@@ -33,7 +34,7 @@ def test_each_array_lands_at_its_offset_and_nothing_else_is_written():
         offsets.append(total)
         total += -(-a.nbytes // 256) * 256
     buf = np.full(total + 64, 0xAB, np.uint8)
-    cuda.pack_holding_gil(buf, arrays, offsets)
+    pack_holding_gil(buf, arrays, offsets)
     for a, off in zip(arrays, offsets):
         want = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         np.testing.assert_array_equal(buf[off:off + a.nbytes], want)

@@ -11,12 +11,12 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import null_device  # noqa: E402
+from test_cpu_lanes import N, _sources  # noqa: E402 - (the same boxes, labels and images)
 
 from stoker import settings  # noqa: E402
 from stoker.errors import OperatorError  # noqa: E402
 from stoker.pipeline import deferred_offload  # noqa: E402
 
-N = 8
 ANCHORS = [0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 0.25, 0.25, 0.75, 0.75]
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the batch-operator helper needs Linux")
 
@@ -25,18 +25,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the bat
 def null_cupy():
     with null_device.installed() as cp:
         yield cp
-
-
-def _sources():
-    rng = np.random.default_rng(11)
-    boxes, labels, images = [], [], []
-    for _ in range(3 * N + 3):
-        k = int(rng.integers(1, 6))
-        lt = rng.uniform(0.0, 0.6, (k, 2))
-        boxes.append(np.concatenate([lt, np.minimum(lt + rng.uniform(0.1, 0.4, (k, 2)), 1.0)], 1).astype(np.float32))
-        labels.append(rng.integers(1, 20, k).astype(np.int32))
-        images.append(rng.integers(0, 256, (4, 6, 3), dtype=np.uint8))
-    return boxes, labels, images
 
 
 def _pipe(bad_at=None, encoded_read_later=False):

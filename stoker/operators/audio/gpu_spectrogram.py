@@ -128,12 +128,12 @@ def gpu_spectrogram(op, batch, inputs, arg_inputs):
     out = cp.empty(max(int(sizes.sum()), 1), cp.float32)
     if frames_total:
         rows = size_class(frames_total)  # rows past the windows: zero frames
-        stab = np.stack([first, offsets, lengths], axis=1).astype(np.int64)
+        signals = np.stack([first, offsets, lengths], axis=1).astype(np.int64)
         frames = cp.empty((rows, nfft), cp.float32)
         total = rows * nfft
         g, b = grid(total, 1, cap=65535)
         raw_kernel(_KERNELS, "stoker_spectrogram_frames")(
-            (g[0], 1, 1), b, (buf, upload_table(stab, batch), np.int32(n), upload_table(op.window, batch), frames,
+            (g[0], 1, 1), b, (buf, upload_table(signals, batch), np.int32(n), upload_table(op.window, batch), frames,
                               np.int64(total), np.int64(frames_total), np.int64(nfft), np.int64(length),
                               np.int64(step), np.int64(shift),
                               np.int32(bool(a["reflect_padding"] and a["center_windows"]))))
