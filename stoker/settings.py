@@ -165,9 +165,10 @@ class Settings:
         "each rank's pipelines size their threads and helpers by, and run their decode helpers on, its own "
         "share of the cores.")
     cpu_lanes: Setting[int | None] = Setting(
-        None, _or_auto(COUNT), "CPU-stage threads of a GPU pipeline (1 or 2): with 2, one iteration's CPU operators "
-        "run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "
-        "halves keep their order. auto: 2 exactly when the batch-operator helper runs.", user=False)
+        None, _or_auto(COUNT), "CPU-stage threads of a GPU pipeline (1-4): with 2 or more, one iteration's CPU "
+        "operators run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "
+        "halves keep their order; one batch-operator helper per lane. auto: 2 exactly when the batch-operator "
+        "helper runs.", user=False)
     serial_stages: Setting[bool] = Setting(
         False, FLAG, "The CPU and GPU stages take turns instead of overlapping.", user=False)
     stage_uploads: Setting[bool] = Setting(

@@ -21,7 +21,7 @@ sample), so results are bit-identical to one lane (tests/pipeline/test_cpu_lanes
 
 Used only where nothing else depends on the order of the middle part: no skip / substitute
 bookkeeping (refills advance the sources from the middle), no per-sample masks, and stages not
-serialised. ``STOKER_CPU_LANES`` = 1 or 2 overrides; auto: 2 exactly when the batch-operator
+serialised. ``STOKER_CPU_LANES`` (1-4) overrides; auto: 2 exactly when the batch-operator
 helper runs, which in turn is started by default exactly where two lanes can run: the helper
 alone, with one lane waiting for it, made the SSD pipeline slower (benchmarks/RESULTS.md).
 """
@@ -34,6 +34,8 @@ import threading
 from stoker import settings
 from stoker.errors import StokerError
 from stoker.pipeline import deferred_offload, fusion
+
+MAX_LANES = 4  # (each lane holds an iteration: more than the prefetch depth would only wait)
 
 
 def start(ex, marker) -> int:
@@ -61,7 +63,7 @@ def lane_count(ex) -> int:
         return 1
     wanted = settings.get().cpu_lanes
     if wanted is not None:
-        return max(1, min(2, wanted))
+        return max(1, min(MAX_LANES, wanted))
     return 2 if ex.batch_offload is not None else 1
 
 

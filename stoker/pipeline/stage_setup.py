@@ -60,8 +60,9 @@ def start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = F
         return None
     from stoker.pipeline.batch_offload import BatchOffload
 
+    lanes = settings.get().cpu_lanes or 2
     try:  # (one helper per CPU-stage lane: two lanes with one helper waited for each other)
-        return BatchOffload(helpers=2 if lanes_possible else 1)
+        return BatchOffload(helpers=min(lanes, 4) if lanes_possible else 1)
     except OSError as e:
         _log.warning("stoker: no helper process for batch operators (%s)", e)
         return None

@@ -72,15 +72,17 @@ def _run(lanes: int, iterations: int = 6, **pipe_kw):
                 got.append([[np.asarray(o.as_cpu().at(i) if hasattr(o, "as_cpu") else o.at(i)).copy()
                              for i in range(len(o))] for o in outs])
             assert ex._batch_offload is not None and ex._batch_offload.offloaded > 0
+            assert len(ex._batch_offload.conns) == used  # one helper per lane
         finally:
             p.close()
     return used, got
 
 
-def test_two_lanes_give_the_batches_of_one(null_cupy):
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_more_lanes_give_the_batches_of_one(null_cupy, lanes):
     one_used, one = _run(1)
-    two_used, two = _run(2)
-    assert (one_used, two_used) == (1, 2)
+    two_used, two = _run(lanes)
+    assert (one_used, two_used) == (1, lanes)
     for a, b in zip(one, two):
         for x, y in zip(a, b):
             assert len(x) == len(y)
