@@ -62,7 +62,9 @@ def gpu_memory_mb() -> dict:
 
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return {}
-        pool = cupy.get_default_memory_pool()
+        from stoker.backend.cuda import memory_pool
+
+        pool = memory_pool()
         free, total = cupy.cuda.runtime.memGetInfo()
         return {"gpu_pool_used_mb": round(pool.used_bytes() / 2**20, 1),
                 "gpu_pool_total_mb": round(pool.total_bytes() / 2**20, 1),

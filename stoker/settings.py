@@ -219,9 +219,10 @@ class Settings:
         "outputs as without it.")
     # GPU
     gpu_pool: Setting[str] = Setting(
-        "default", _choice("default", "plain", "async", "hybrid", "torch"), "CuPy's device allocator: the "
-        "caching pool with size classes, the pool as it is, the driver's pool, the driver's pool for requests "
-        "of 4 MiB or more and the caching pool for the rest, or PyTorch's caching allocator.")
+        "hybrid", _choice("hybrid", "caching", "plain", "async", "torch", "default"), "CuPy's device allocator: "
+        "the driver's pool for requests of 4 MiB or more and CuPy's caching pool with size classes for the rest, "
+        "the caching pool with size classes for all, the caching pool as it is, the driver's pool for all, or "
+        "PyTorch's caching allocator (default: hybrid).")
     cuda_sync: Setting[str] = Setting(
         "default", _choice("default", "spin", "yield", "blocking"), "How host threads wait for the GPU.")
     nvjpeg_hw: Setting[bool] = Setting(

@@ -44,7 +44,7 @@ def test_flags_take_the_usual_words(text, value):
     ("STOKER_FUSE", "maybe", "true / false"),
     ("STOKER_CPU_PROCESSES", "-1", "auto or a whole number >= 0"),
     ("STOKER_CPU_DECODE_SHARE", "nan", "a number in [0, 1]"),
-    ("STOKER_GPU_POOL", "cuda", "default / plain / async / hybrid / torch"),
+    ("STOKER_GPU_POOL", "cuda", "hybrid / caching / plain / async / torch / default"),
     ("STOKER_SWITCH_INTERVAL", "soon", "seconds >= 0"),
 ])
 def test_a_bad_value_names_the_variable_and_what_it_takes(name, text, accepts):
@@ -161,5 +161,5 @@ def test_info_lists_the_user_settings():
     with settings.override(fuse=False):
         rows = dict(settings_lines())
     assert list(rows) == [s.variable for s in settings.user_settings()]
-    assert rows["STOKER_FUSE"] == "0 (set)" and rows["STOKER_GPU_POOL"] == "default"
+    assert rows["STOKER_FUSE"] == "0 (set)" and rows["STOKER_GPU_POOL"] == "hybrid"
     assert "STOKER_NVJPEG_LANES" not in rows

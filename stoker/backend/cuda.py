@@ -5,10 +5,10 @@ Imported lazily: a CPU-only user never imports CuPy.
 What lives here:
 
 * :class:`GpuContext` - one pipeline's device and its non-blocking stream.
-* :func:`use_memory_pool` - CuPy's caching pool with size classes (default),
-  as it is (``STOKER_GPU_POOL=plain``), the driver's stream-ordered pool
-  (``STOKER_GPU_POOL=async``) or PyTorch's caching allocator
-  (``STOKER_GPU_POOL=torch``: one pool for both frameworks).
+* :func:`use_memory_pool` - the driver's stream-ordered pool for large requests and CuPy's
+  caching pool with size classes for small ones (default, :class:`HybridPool`), the caching
+  pool with size classes (``STOKER_GPU_POOL=caching``) or as it is (``plain``), the driver's
+  pool (``async``) or PyTorch's caching allocator (``torch``: one pool for both frameworks).
 * :class:`PinnedRing` - reusable pinned staging buffers for host-to-device
   copies that do not block the host (pageable copies would sync the stream).
 * :func:`load_kernel` - NVRTC-compiled kernels from ``stoker/kernels/*.cu``,
@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import logging
 import os
 import threading
 
@@ -73,14 +74,15 @@ _pool_object = None  # the device pool CuPy allocates from, once chosen
 
 
 def use_memory_pool(kind: str | None = None) -> str:
-    """Choose CuPy's allocator once per process: "default" (CuPy's caching pool, requests of
-    over 1 MiB rounded up to :func:`size_class`), "plain" (the caching pool as it is), "async"
-    (cudaMallocAsync), "hybrid" (requests of :data:`HYBRID_LARGE` bytes or more from
-    cudaMallocAsync, the rest as "default": :class:`HybridPool`) or "torch".
+    """Choose CuPy's allocator once per process: "hybrid", the default (requests of
+    :data:`HYBRID_LARGE` bytes or more from cudaMallocAsync, the rest as "caching":
+    :class:`HybridPool`), "caching" (CuPy's caching pool, requests of over 1 MiB rounded up to
+    :func:`size_class`), "plain" (the caching pool as it is), "async" (cudaMallocAsync) or
+    "torch". "default" names the default. Returns the kind chosen.
 
-    ``kind`` None reads ``STOKER_GPU_POOL``. The caching pool keeps one free
-    list per stream, so memory freed by a batch is reused only by work on the
-    same stream; that is what keeps a consumer's late reads safe.
+    ``kind`` None reads ``STOKER_GPU_POOL``. Both pools free in stream order (the caching pool
+    keeps one free list per stream), so memory freed by a batch is reused only by work queued
+    after it on that stream; that is what keeps a consumer's late reads safe.
     """
     global _pool_chosen, _pool_object
     with _pool_lock:
@@ -88,21 +90,30 @@ def use_memory_pool(kind: str | None = None) -> str:
             return _pool_chosen
         cp = cupy()
         kind = kind or settings.get().gpu_pool
-        if kind not in ("default", "plain", "async", "hybrid", "torch"):
-            raise ValueError(f"the memory pool must be 'default', 'plain', 'async', 'hybrid' or 'torch', got {kind!r}")
+        if kind == "default":
+            kind = "hybrid"
+        if kind not in ("hybrid", "caching", "plain", "async", "torch"):
+            raise ValueError("the memory pool must be 'hybrid', 'caching', 'plain', 'async' or 'torch', "
+                             f"got {kind!r}")
         if kind == "torch":
             cp.cuda.set_allocator(_torch_malloc)
             _pool_chosen, _pool_object = kind, None
             return kind
         if kind == "hybrid":
-            pool = HybridPool(cp)
-            cp.cuda.set_allocator(pool.malloc)
-            _pool_chosen, _pool_object = kind, pool
-            return kind
+            try:
+                pool = HybridPool(cp)
+            except (RuntimeError, AttributeError, OSError) as e:  # no stream-ordered pools here
+                logging.getLogger("stoker").info("stoker: the caching GPU memory pool, as the device has no "
+                                                 "stream-ordered allocator (%s)", e)
+                kind = "caching"
+            else:
+                cp.cuda.set_allocator(pool.malloc)
+                _pool_chosen, _pool_object = kind, pool
+                return kind
         pool = cp.cuda.MemoryAsyncPool() if kind == "async" else cp.get_default_memory_pool()
         if kind == "async":
             cp.cuda.set_allocator(pool.malloc)
-        elif kind == "default":
+        elif kind == "caching":
             # H100, validation pipeline (full-size decodes of varying size), 10 s: 1,347-1,403 MiB
             # with CuPy's pool as it is, 495-497 MiB with size classes, throughput the same.
             cp.cuda.set_allocator(lambda nbytes: pool.malloc(size_class(nbytes)))
@@ -211,9 +222,14 @@ def release_unused_memory() -> None:
         import torch
 
         torch.cuda.empty_cache()
-    pool = _pool_object if _pool_object is not None else cp.get_default_memory_pool()
-    pool.free_all_blocks()
+    memory_pool().free_all_blocks()
     cp.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def memory_pool():
+    """The device pool stoker allocates from (``used_bytes()``, ``total_bytes()``,
+    ``free_all_blocks()``): the chosen one, else CuPy's default pool."""
+    return _pool_object if _pool_object is not None else cupy().get_default_memory_pool()
 
 
 def size_class(nbytes: int) -> int:

@@ -48,8 +48,54 @@ def test_large_requests_go_to_the_driver_pool_and_small_ones_keep_size_classes()
     assert pool.total_bytes() == 2 * pool.used_bytes()
 
 
-def test_the_setting_takes_hybrid():
+def test_the_setting_takes_hybrid_and_it_is_the_default():
     assert settings.from_environ({"STOKER_GPU_POOL": "hybrid"}).gpu_pool == "hybrid"
+    assert settings.from_environ({}).gpu_pool == "hybrid"
+    assert settings.from_environ({"STOKER_GPU_POOL": "caching"}).gpu_pool == "caching"
+
+
+def _choose(monkeypatch, fake_cp, kind):
+    """cuda.use_memory_pool(kind) with ``fake_cp`` as CuPy, from a fresh choice; (kind chosen,
+    the allocator handed to CuPy)."""
+    given = []
+    fake_cp.cuda.set_allocator = given.append
+    monkeypatch.setattr(cuda, "cupy", lambda: fake_cp)
+    monkeypatch.setattr(cuda, "_pool_chosen", None)
+    monkeypatch.setattr(cuda, "_pool_object", None)
+    return cuda.use_memory_pool(kind), given
+
+
+@pytest.mark.parametrize("kind", [None, "default", "hybrid"])
+def test_default_and_hybrid_choose_the_hybrid_pool(monkeypatch, kind):
+    small, large = _RecordingPool(), _RecordingPool()
+    fake_cp = SimpleNamespace(get_default_memory_pool=lambda: small,
+                              cuda=SimpleNamespace(MemoryAsyncPool=lambda: large))
+    with settings.override(gpu_pool="hybrid"):
+        chosen, given = _choose(monkeypatch, fake_cp, kind)
+    assert chosen == "hybrid" and isinstance(cuda._pool_object, cuda.HybridPool)
+    given[0](cuda.HYBRID_LARGE)
+    assert large.asked == [cuda.HYBRID_LARGE]
+
+
+def test_a_device_without_stream_ordered_pools_gets_the_caching_pool(monkeypatch):
+    small = _RecordingPool()
+
+    def no_async_pool():
+        raise RuntimeError("cudaErrorNotSupported: operation not supported")
+
+    fake_cp = SimpleNamespace(get_default_memory_pool=lambda: small,
+                              cuda=SimpleNamespace(MemoryAsyncPool=no_async_pool))
+    chosen, given = _choose(monkeypatch, fake_cp, "hybrid")
+    assert chosen == "caching" and cuda._pool_object is small
+    odd = (2 << 20) + 12345
+    given[0](odd)
+    assert small.asked == [cuda.size_class(odd)]
+
+
+def test_an_unknown_pool_name_is_refused_with_the_choices(monkeypatch):
+    fake_cp = SimpleNamespace(get_default_memory_pool=_RecordingPool, cuda=SimpleNamespace())
+    with pytest.raises(ValueError, match="'hybrid', 'caching'"):
+        _choose(monkeypatch, fake_cp, "huge")
 
 
 _PIPELINE = r"""
