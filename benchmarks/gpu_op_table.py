@@ -91,15 +91,12 @@ def _instrument(timers: collections.Counter) -> None:
             setattr(owner, name, timed(getattr(owner, name), key_of))
 
 
-def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: int) -> dict:
+def make_pipeline(lib: str, root: str, case: str, threads: int, batch: int):
+    """The pipeline object (not built) of ``case``: an operator's name, "baseline" or "pipeline:NAME"."""
     sys.path.insert(0, HERE)
     import op_zoo
 
     fn, types, pipeline_def = _modules(lib)
-    timers: collections.Counter = collections.Counter()
-    if is_stoker(lib):
-        _instrument(timers)
-
     conditional = case.split(":", 1)[-1] in op_zoo.CONDITIONAL
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1, enable_conditionals=conditional)
@@ -112,11 +109,22 @@ def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: i
             x = op_zoo.OPS[case](fn, types, x)
         return fn.crop(x, crop=(224, 224)), labels
 
+    return pipe()
+
+
+def child(lib: str, root: str, case: str, seconds: float, threads: int, batch: int) -> dict:
+    _modules(lib)  # (the imports stay out of first_batch_s)
+    sys.path.insert(0, HERE)
+    import op_zoo  # noqa: F401
+
+    timers: collections.Counter = collections.Counter()
+    if is_stoker(lib):
+        _instrument(timers)
     import cupy as cp
 
     free0, _ = cp.cuda.runtime.memGetInfo()
     t0 = time.perf_counter()
-    p = pipe()
+    p = make_pipeline(lib, root, case, threads, batch)
     p.build()
     p.run()
     first = time.perf_counter() - t0
