@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--callers", default="cupyx/__init__,numpy/__init__.py:[0-9]+.__getattr__",
+                    help="comma-separated regexes: who called the functions they match (lazy imports)")
     a = ap.parse_args()
     times = {}
     prof = cProfile.Profile()
@@ -55,6 +57,7 @@ def main() -> None:
             x = op_zoo.OPS[a.case](fn, types, x)
         return fn.crop(x, crop=(224, 224)), labels
 
+    before = set(sys.modules)
     t = time.perf_counter()
     p = pipe()
     times["construct_s"] = time.perf_counter() - t
@@ -71,7 +74,23 @@ def main() -> None:
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(a.top)
     print(s.getvalue()[-6000:])
+    print("modules imported from the pipeline object to the first batch, by package:",
+          json.dumps(imported_packages(before, set(sys.modules))))
+    for pattern in filter(None, a.callers.split(",")):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_callers(pattern)
+        print(s.getvalue()[-3000:])
     p.close()
+
+
+def imported_packages(before: set, after: set) -> dict:
+    """Top-level package -> how many of its modules were imported between two ``sys.modules``
+    snapshots, most first."""
+    counts: dict = {}
+    for name in after - before:
+        top = name.split(".")[0]
+        counts[top] = counts.get(top, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 if __name__ == "__main__":
