@@ -186,6 +186,7 @@ class Pending:
         self.parts = parts  # (helper, positions of its jobs in the batch's job list)
         self.answers: dict[int, list] = {}
         self.spans: dict[int, tuple] = {}  # part -> (started, finished) on the helper's clock
+        self.sent: list[tuple] = []  # (helper, part) of the parts whose jobs went out
         self.event = threading.Event()
 
     def failed(self) -> list[int]:
@@ -236,14 +237,17 @@ class _Helper:
                 self.messages.send_tagged(self.sock, b"M", ("map", slot.key, slot.capacity), [slot.fd])
                 self.mapped[slot.key] = slot.capacity
             self.waiting.append((pending, part))
+            pending.sent.append((self, part))
             self.messages.send_tagged(self.sock, b"J", ("jobs", slot.key, jobs))
 
     def wait_for(self, pending: Pending) -> None:
-        """Read answers in order until ``pending``'s has come (earlier ones belong to batches
-        sent before, possibly called off)."""
+        """Read answers in order until ``pending``'s have come (earlier ones belong to batches
+        sent before, possibly called off). Whether they have is read from ``pending`` itself, not
+        by a scan of ``waiting``, which the CPU stage's sends append to meanwhile (a scan then
+        raised "deque mutated during iteration" in the GPU stage)."""
         self.is_ready(wait=True)
         with self.recv_lock:
-            while any(p is pending for p, _ in self.waiting):
+            while any(h is self and k not in pending.answers for h, k in list(pending.sent)):
                 failed, started, finished = self.messages.recv_msg(self.sock)
                 done, part = self.waiting.popleft()
                 done.answers[part] = failed
