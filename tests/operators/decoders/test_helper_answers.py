@@ -2,6 +2,7 @@
 waiting for one batch's answers while the CPU stage sends the next batches to the same helper.
 The helper here is a stand-in (no process): each job message is answered, in order, on a queue."""
 
+import collections
 import queue
 import sys
 import threading
@@ -31,7 +32,7 @@ def _helper():
     h = _Helper.__new__(_Helper)
     h.proc, h.sock = None, None
     h.send_lock, h.recv_lock = threading.Lock(), threading.Lock()
-    h.mapped, h.waiting, h.messages, h.ready = {}, __import__("collections").deque(), _Messages(), True
+    h.mapped, h.waiting, h.messages, h.ready = {}, collections.deque(), _Messages(), True
     return h
 
 
