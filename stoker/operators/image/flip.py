@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from stoker.operators.image.crop import LayoutAware, spatial_axes_of
@@ -35,4 +36,25 @@ class Flip(LayoutAware):
                 flips.append(lay.index(axis_name))
         if not flips:
             return img.copy()  # outputs never alias inputs
-        return np.ascontiguousarray(np.flip(img, axis=flips))
+        fast = _cv2_flip(img, lay, flips)
+        return fast if fast is not None else np.ascontiguousarray(np.flip(img, axis=flips))
+
+
+_CV2_FLIP_TYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32,
+                                                   np.float64))
+
+
+def _cv2_flip(img: np.ndarray, layout: str, flips: list[int]) -> np.ndarray | None:
+    """OpenCV's flip of an HW or HWC image (at most 4 channels) about H and/or W, else None.
+
+    Why: NumPy copies a W-flipped HWC view element by element through its negative strides (0.55 ms
+    for a 413x400 RGB image on the 2-core box); OpenCV moves whole pixels with SIMD (0.02 ms). The
+    same values: a flip only moves elements."""
+    if layout not in ("HW", "HWC") or img.dtype not in _CV2_FLIP_TYPES or not img.flags.c_contiguous \
+            or (img.ndim == 3 and not 1 <= img.shape[2] <= 4) or 0 in img.shape:
+        return None
+    code = {(1,): 1, (0,): 0, (0, 1): -1}.get(tuple(sorted(flips)))
+    if code is None:
+        return None
+    out = cv2.flip(img, code)
+    return out.reshape(img.shape)  # (OpenCV drops a single channel axis)

@@ -160,6 +160,23 @@ def test_flip_against_numpy(images):
     np.testing.assert_array_equal(out, img[::-1, ::-1])
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64,
+                                   np.uint32, np.float16])
+@pytest.mark.parametrize("shape, layout", [((7, 9, 3), "HWC"), ((7, 9, 1), "HWC"), ((5, 6, 4), "HWC"),
+                                           ((7, 9), "HW"), ((4, 5, 6), "HWC"), ((3, 7, 9), "CHW")])
+@pytest.mark.parametrize("horizontal, vertical", [(1, 0), (0, 1), (1, 1)])
+def test_flip_moves_elements_as_numpy_does_on_every_path(dtype, shape, layout, horizontal, vertical):
+    """The OpenCV path (HW / HWC with up to 4 channels, its types) and the NumPy one (others:
+    6 channels, CHW, uint32, float16) give NumPy's flip, element for element, in a new array."""
+    img = (np.random.default_rng(3).integers(-100, 100, shape) * 1.5).astype(dtype)
+    out = run_op("stoker", "flip", [img], horizontal=horizontal, vertical=vertical, layout=layout)[0]
+    w, h = layout.index("W"), layout.index("H")
+    want = np.flip(img, axis=[a for a, on in ((w, horizontal), (h, vertical)) if on])
+    assert out.dtype == img.dtype and out.shape == img.shape
+    np.testing.assert_array_equal(out, want)
+    assert not np.shares_memory(out, img)
+
+
 def test_crop_position_out_of_range_names_the_argument(images):
     from stoker.errors import StokerError
 
