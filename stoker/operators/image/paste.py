@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 
 from stoker.errors import arg_error
@@ -77,7 +78,18 @@ class Paste(Operator):
         img = inputs[0]
         out_h, out_w, y0, x0 = self.canvas(img.shape, args)
         h, w = img.shape[:2]
+        fill = self.fill(img.dtype)
+        if img.dtype in _CV2_TYPES and img.shape[2] <= 4 and img.flags.c_contiguous and img.size:
+            # OpenCV: the border and the copy in one pass (NumPy's broadcast fill of the canvas, then
+            # the copy, took 0.75 ms for a 384x384 RGB image pasted into 480x480; OpenCV 0.02 ms).
+            # The fill values are already of the image's type, so OpenCV's conversion keeps them.
+            out = cv2.copyMakeBorder(img, y0, out_h - h - y0, x0, out_w - w - x0, cv2.BORDER_CONSTANT,
+                                     value=tuple(fill.tolist()))
+            return out.reshape(out_h, out_w, img.shape[2])  # (OpenCV drops a single channel axis)
         out = np.empty((out_h, out_w, self.args["n_channels"]), img.dtype)
-        out[...] = self.fill(img.dtype)
+        out[...] = fill
         out[y0:y0 + h, x0:x0 + w] = img
         return out
+
+
+_CV2_TYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64))

@@ -38,3 +38,27 @@ def test_paste_errors_name_the_argument():
         run_graph("stoker", lambda fn, t, x: fn.paste(x, ratio=0.5, fill_value=FILL), IMGS, layouts=["HWC"])
     with pytest.raises(StokerError, match="paste: argument 'fill_value'"):
         run_graph("stoker", lambda fn, t, x: fn.paste(x, ratio=2, fill_value=[1, 2]), IMGS, layouts=["HWC"])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64, np.uint32])
+@pytest.mark.parametrize("channels", [1, 3, 4, 5])
+def test_paste_gives_the_same_canvas_on_both_paths_for_every_type(dtype, channels, monkeypatch):
+    """The OpenCV path (its types, up to 4 channels) against the NumPy one (the path DALI's oracle
+    checks above for uint8), element for element; the corner holds the C-cast fill."""
+    from stoker.operators.image import paste
+
+    img = (RNG.integers(-50, 200, (9, 6, channels)) * 1.25).astype(dtype)
+    fill = [7.6, -3.0, 250.0, 1.0, 2.0][:channels]
+
+    def run():
+        ((samples, _),) = run_graph("stoker", lambda fn, t, x: fn.paste(x, ratio=1.8, paste_x=0.25, paste_y=0.9,
+                                                                       n_channels=channels, fill_value=fill),
+                                    [img], layouts=["HWC"])
+        return np.asarray(samples[0])
+
+    fast = run()
+    monkeypatch.setattr(paste, "_CV2_TYPES", frozenset())
+    plain = run()
+    assert fast.dtype == plain.dtype == dtype and fast.shape == plain.shape == (16, 10, channels)
+    np.testing.assert_array_equal(fast, plain)
+    np.testing.assert_array_equal(fast[0, 0], np.array(fill, np.float64).astype(dtype))
