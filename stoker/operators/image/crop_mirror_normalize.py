@@ -15,6 +15,7 @@ from stoker.operators.image.crop import (
     check_crop_args,
     crop_array,
 )
+from stoker.operators.image.flip import opencv_flip
 from stoker.operators.image.resample import to_dtype
 from stoker.operators.schema import Arg, Schema, register
 
@@ -71,14 +72,24 @@ class CropMirrorNormalize(Windowed):
         fast = self._fast_hwc_to_chw(img, args, layout, nch, fill_out)
         if fast is not None:
             return fast
+        mirror = bool(int(args.get("mirror") or 0))
+        if mirror and fill_out is None:
+            # mirror the input before the arithmetic (the same elements move, so the same values),
+            # through OpenCV where it can (a float view flipped by NumPy copied element by element)
+            flipped = opencv_flip(img, layout, [layout.index("W")]) if "W" in layout else None
+            if flipped is not None:
+                img, mirror = flipped, False
         x = img.astype(np.float32)
         mean = self._per_channel(args.get("mean"), nch, "mean", x.ndim, ch)
         std = self._per_channel(args.get("std"), nch, "std", x.ndim, ch)
         scale = np.float32(self.args["scale"])
-        x = (x - mean) * (scale / std) + np.float32(self.args["shift"])
+        # in place: the same float32 steps as (x - mean) * (scale / std) + shift, without two temporaries
+        np.subtract(x, mean, out=x)
+        np.multiply(x, scale / std, out=x)
+        np.add(x, np.float32(self.args["shift"]), out=x)
         if fill_out is not None:
             x = crop_array(x, axes, ch, *fill_out, "pad", self.args["fill_values"], "crop_mirror_normalize")
-        if int(args.get("mirror") or 0):
+        if mirror:
             x = np.flip(x, axis=[a for a, c in zip(range(len(layout)), layout) if c == "W"] or [axes[-1]])
         if self.args["pad_output"] and ch is not None:
             want = 1 << (nch - 1).bit_length()

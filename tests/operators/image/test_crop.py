@@ -213,3 +213,22 @@ def test_crop_shares_its_window_plan_across_samples_of_one_shape():
             x = crop_anchor(w, 12, float(pos[k]), "round")
             np.testing.assert_array_equal(np.asarray(moving.at(k)), img[y:y + 10, x:x + 12])
     p.close()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.int16])
+@pytest.mark.parametrize("shape, layout", [((40, 37, 3), "HWC"), ((40, 37), "HW"), ((40, 37, 5), "HWC")])
+def test_cmn_mirror_in_the_general_path_equals_flipping_after_the_arithmetic(dtype, shape, layout):
+    """HWC / HW output (not the CHW plane path): the input is mirrored before the arithmetic (through
+    OpenCV where it can), which must give the values of mirroring the normalized window after it."""
+    img = (np.random.default_rng(5).integers(0, 255, shape) * 1.0).astype(dtype)
+    nch = shape[2] if len(shape) == 3 else 1
+    mean, std = [float(10 + 3 * c) for c in range(nch)], [float(2 + c) for c in range(nch)]
+    outs = run_op("stoker", "crop_mirror_normalize", [img], crop=(30, 20), crop_pos_x=0.3, crop_pos_y=0.6,
+                  mirror=1, mean=mean, std=std, output_layout=layout, layout=layout)
+    y0, x0 = round(0.6 * (40 - 30)), round(0.3 * (37 - 20))
+    window = img[y0:y0 + 30, x0:x0 + 20].astype(np.float32)
+    m, s = np.float32(mean), np.float32(1.0) / np.float32(std)
+    if len(shape) == 2:
+        m, s = m[0], s[0]
+    want = ((window - m) * s + np.float32(0.0))[:, ::-1]
+    np.testing.assert_array_equal(outs[0], want)
