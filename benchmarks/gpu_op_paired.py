@@ -13,8 +13,10 @@ short alternating slices, ABBA order (A B, B A, A B, ...), so that a drift slowe
 cancels within each pair. The added cost is the median over pairs of (operator slice ms per batch -
 baseline slice ms per batch); the spread is the interquartile range of those differences.
 
-Each slice first runs the pipeline's prefetched batches away (they were made while the other
-pipeline ran) and then times ``--slice-seconds`` of batches. GPU memory is not measured here (two
+Both pipelines first run 0.5 s each, twice in turn (session 21's first run of the script, with four
+warm-up batches, found the first slice of a process 1-3 ms a batch slow). Each slice first runs the
+pipeline's prefetched batches away (they were made while the other pipeline ran) and then times
+``--slice-seconds`` of batches. GPU memory is not measured here (two
 pipelines share the device): ``gpu_op_table.py`` gives it.
 Each child prints one JSON line; the parent prints them and a Markdown table at the end.
 """
@@ -35,6 +37,7 @@ sys.path.insert(0, HERE)
 import gpu_op_table  # noqa: E402
 
 _DRAIN = 4  # batches run untimed at a slice's start: the prefetch queues (2 + 2) made while idle
+_WARMUP_SECONDS = 0.5  # per pipeline, twice, before the timed slices
 
 
 def paired_cost(base_ms: list[float], op_ms: list[float]) -> dict:
@@ -77,8 +80,9 @@ def child(lib: str, root: str, case: str, pairs: int, seconds: float, threads: i
              "op": gpu_op_table.make_pipeline(lib, root, case, threads, batch)}
     for p in pipes.values():
         p.build()
-        for _ in range(4):
-            p.run()
+    for _ in range(2):  # warm both up in turn: the first second of a process ran 1-3 ms a batch slow
+        for p in pipes.values():
+            _slice(p, _WARMUP_SECONDS, cp.cuda.runtime.deviceSynchronize)
     sync = cp.cuda.runtime.deviceSynchronize
     got: dict = {"base": [0.0] * pairs, "op": [0.0] * pairs}
     for k, which in slice_order(pairs):
