@@ -9,6 +9,8 @@ Pipelines (same augmentations everywhere):
          random horizontal mirror, normalize to float CHW.
   val:   read file, decode, resize shorter side to 256, centre crop 224, normalize to float CHW.
   augmented, detection: benchmarks/op_zoo.py's pipelines of those names, decoded on the CPU.
+  rand_augment, trivial_augment: decode with random crop, resize 256x256, RandAugment (n=2, m=9) or
+         TrivialAugment Wide (each library's auto_aug module), random mirror, crop 224, float CHW.
 
 Libraries: ``stoker`` (its DALI-style API), ``stoker-unfused`` (the same with ``STOKER_FUSE=0``:
 every CPU operator over the whole batch on its own, no operator fusion), ``stoker-fast`` (the same with
@@ -40,6 +42,9 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
+ZOO_KINDS = ("augmented", "detection", "rand_augment", "trivial_augment")  # op_zoo's, decoded on the CPU
+
+
 def cpu_graph(fn, types, root: str, kind: str):
     """The train or val pipeline's graph (images, labels) with ``fn`` / ``types`` of either library
     (also benchmarks/auto_tuning.py's CPU pipelines)."""
@@ -49,7 +54,7 @@ def cpu_graph(fn, types, root: str, kind: str):
         imgs = fn.resize(imgs, resize_x=224, resize_y=224)
         return fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
                                         mirror=fn.random.coin_flip()), labels
-    if kind in ("augmented", "detection"):
+    if kind in ZOO_KINDS:
         return _zoo_graph(fn, types, root, kind)
     jpegs, labels = fn.readers.file(file_root=root, name="r")
     imgs = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
@@ -65,6 +70,13 @@ def _zoo_graph(fn, types, root: str, kind: str):
     import op_zoo
 
     jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="r")
+    if kind in ("rand_augment", "trivial_augment"):  # (the pipeline needs enable_conditionals)
+        x = fn.resize(fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB),
+                      resize_x=256, resize_y=256)
+        aug = op_zoo._auto_aug(fn, kind)
+        x = aug.rand_augment(x, n=2, m=9) if kind == "rand_augment" else aug.trivial_augment_wide(x)
+        return fn.crop_mirror_normalize(x, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW", mean=MEAN,
+                                        std=STD, mirror=fn.random.coin_flip()), labels
     if kind == "augmented":
         x = fn.resize(fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB),
                       resize_x=256, resize_y=256)
@@ -93,7 +105,8 @@ def dali_style(lib: str, root: str, kind: str, batch: int, threads: int):
         import nvidia.dali.types as types
         from nvidia.dali import pipeline_def
 
-    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1,
+                  enable_conditionals=kind in ("rand_augment", "trivial_augment"))
     def pipe_fn():
         return cpu_graph(fn, types, root, kind)
 
@@ -110,6 +123,12 @@ def torchvision_loader(root: str, kind: str, batch: int, threads: int):
     norm = [v2.ToImage(), v2.ToDtype(torch.float32, scale=False), v2.Normalize(MEAN, STD)]
     if kind == "train":
         tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), *norm])
+    elif kind in ("rand_augment", "trivial_augment"):
+        aug = v2.RandAugment(num_ops=2, magnitude=9) if kind == "rand_augment" else v2.TrivialAugmentWide()
+        tf = v2.Compose([v2.RandomResizedCrop(256, antialias=True), aug, v2.RandomHorizontalFlip(),
+                         v2.CenterCrop(224), *norm])
+    elif kind in ZOO_KINDS:
+        raise SystemExit(f"torchvision: no loader written for the {kind!r} pipeline")
     else:
         tf = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224), *norm])
     ds = torchvision.datasets.ImageFolder(root, transform=tf)
