@@ -59,6 +59,11 @@ class _Displacement(Operator):
         """Float32 (H, W) maps of the source x and y of every output pixel (corner-origin)."""
         raise NotImplementedError
 
+    def nearest_map(self, h: int, w: int, ctx) -> np.ndarray:
+        """The whole-pixel source of every output pixel as OpenCV's (H, W, 2) int16 map (see
+        :func:`nearest_pixel_map`; images under 32,767 pixels a side)."""
+        return nearest_pixel_map(*self.source_points(h, w, ctx))
+
     def run_sample(self, inputs, args, ctx):
         img = inputs[0]
         name = self.schema.name
@@ -69,15 +74,19 @@ class _Displacement(Operator):
         h, w = img.shape[:2]
         if h == 0 or w == 0:
             return img.copy()
-        sx, sy = self.source_points(h, w, ctx)
         fill = float(self.args["fill_value"])
         if self.args["interp_type"] == types.INTERP_NN:
+            fast = self._nearest_opencv(img, h, w, fill, ctx)
+            if fast is not None:
+                return fast
+            sx, sy = self.source_points(h, w, ctx)
             ix, iy = np.floor(sx).astype(np.intp), np.floor(sy).astype(np.intp)
             outside = (ix < 0) | (ix >= w) | (iy < 0) | (iy >= h)
             out = img[np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]
             if outside.any():
                 out[outside] = c_cast_array(np.asarray(fill), img.dtype)
             return out
+        sx, sy = self.source_points(h, w, ctx)
         src = img if img.dtype in _CV_TYPES else img.astype(np.float32)
         mx, my = sx - np.float32(0.5), sy - np.float32(0.5)  # to OpenCV's integer pixel centres
         nc = src.shape[2]
@@ -89,6 +98,44 @@ class _Displacement(Operator):
             parts.append(r.reshape(h, w, k))
         out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
         return out if out.dtype == img.dtype else c_cast_array(out, img.dtype)
+
+
+    def _nearest_opencv(self, img, h: int, w: int, fill: float, ctx) -> np.ndarray | None:
+        """The nearest-neighbour pick through OpenCV's remap on whole-pixel maps, or None where it
+        does not apply (other types, more than 4 channels, a fill value the type cannot hold as
+        it is). Why: NumPy's fancy indexing of every pixel, with its clips and masks, took ~1 ms
+        for a 256x256 RGB image against OpenCV's ~0.1 ms; the same pixels are picked."""
+        if img.dtype not in _CV_TYPES or not 1 <= img.shape[2] <= 4 or not img.flags.c_contiguous \
+                or max(h, w) >= 32767:  # (checked before the maps: jitter's draw them from the sample's stream)
+            return None
+        value = c_cast_array(np.asarray(fill), img.dtype)
+        if float(value) != fill:  # (OpenCV saturates a border value; the C cast wraps or truncates)
+            return None
+        pixels = self.nearest_map(h, w, ctx)
+        out = cv2.remap(img, pixels, None, cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT,
+                        borderValue=(float(value),) * img.shape[2])
+        return out.reshape(h, w, img.shape[2])  # (OpenCV drops a single channel axis)
+
+
+def nearest_pixel_map(sx: np.ndarray, sy: np.ndarray) -> np.ndarray:
+    """(H, W, 2) int16 whole-pixel coordinates (x, y) of the pixels containing the points (``sx``,
+    ``sy``) (corner origin: floor), for ``cv2.remap`` (a CV_16SC2 map: each output pixel copies
+    that input pixel, or takes the border value outside the image). Points outside the image,
+    NaN included, become -1, so they stay outside. For images under 32,767 pixels a side (int16)."""
+    h, w = sx.shape
+    out = np.empty((h, w, 2), np.int16)
+    for k, (v, n) in enumerate(((sx, w), (sy, h))):
+        f = np.floor(v)
+        f[~((f >= 0) & (f < n))] = -1  # (NaN fails both comparisons)
+        out[..., k] = f
+    return out
+
+
+@lru_cache(maxsize=64)
+def _sphere_nearest_map(h: int, w: int) -> np.ndarray:
+    pixels = nearest_pixel_map(*_sphere_maps(h, w))
+    pixels.flags.writeable = False
+    return pixels
 
 
 @lru_cache(maxsize=64)
@@ -206,6 +253,9 @@ class Sphere(_Displacement):
 
     def source_points(self, h, w, ctx):
         return _sphere_maps(h, w)
+
+    def nearest_map(self, h, w, ctx):
+        return _sphere_nearest_map(h, w)  # (the maps depend on the size alone)
 
 
 def jitter_offsets(key, n_degree: int, h: int, w: int) -> np.ndarray:

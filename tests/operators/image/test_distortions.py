@@ -88,3 +88,34 @@ def test_bad_arguments():
         run_graph("stoker", lambda fn, t, x: fn.jitter(x, nDegree=-1), IMGS)
     with pytest.raises(StokerError, match="HWC"):
         run_graph("stoker", lambda fn, t, x: fn.sphere(x), [np.zeros((4, 4), np.uint8)])
+
+
+@pytest.mark.parametrize("op, kw", [("sphere", {}), ("water", dict(ampl_x=7.5, freq_y=0.3, phase_x=1.0)),
+                                    ("jitter", dict(nDegree=5))])
+@pytest.mark.parametrize("dtype, channels, fill", [(np.uint8, 3, 0.0), (np.uint8, 1, 17.0), (np.uint16, 4, 300.0),
+                                                   (np.int16, 2, -5.0), (np.float32, 3, 0.25),
+                                                   (np.uint8, 3, 300.0), (np.float32, 3, 0.1), (np.uint8, 5, 0.0),
+                                                   (np.int32, 3, 0.0)])
+def test_nearest_pick_is_the_same_through_opencv_and_numpy(op, kw, dtype, channels, fill, monkeypatch):
+    """INTERP_NN (the default): OpenCV's remap on whole-pixel maps where it applies, NumPy's
+    indexing elsewhere (300 into uint8 and 0.1 into float32 are not held as they are; 5 channels;
+    int32), the same pixels and fill either way, for odd sizes and per-sample randomness."""
+    from stoker.operators.image import distortions
+
+    rng = np.random.default_rng(11)
+    imgs = [(rng.integers(0, 250, (h, w, channels)) * (1.5 if dtype == np.float32 else 1)).astype(dtype)
+            for h, w in ((37, 53), (64, 31), (40, 40))]
+
+    def run():
+        ((samples, _),) = run_graph("stoker", lambda fn, t, x: getattr(fn, op)(x, fill_value=fill, **kw), imgs,
+                                    layouts=["HWC"])
+        return [np.asarray(s) for s in samples]
+
+    fast = run()
+    cls = {"sphere": distortions.Sphere, "water": distortions.Water, "jitter": distortions.Jitter}[op]
+    monkeypatch.setattr(cls, "_nearest_opencv", lambda *a, **k: None)  # NumPy's indexing only
+    plain = run()
+    for a, b in zip(fast, plain):
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert any((a == np.asarray(fill).astype(dtype)).all(axis=-1).any() for a in fast) or op == "jitter"
