@@ -54,3 +54,20 @@ def test_errors(images):
     with pytest.raises(PipelineBuildError, match="'image_type'"):
         run_op("stoker", "color_space_conversion", [images["rgb"]], image_type=T.ANY_DATA,
                      output_type=T.GRAY)
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 3), (2, 5, 7, 3), (1, 1, 3)])
+def test_channel_swaps_and_repeats_are_exact(shape):
+    """RGB <-> BGR reverses the channels and GRAY -> RGB / BGR repeats the one, element for element,
+    also for sequences (FHWC) and views that are not contiguous."""
+    rng = np.random.default_rng(4)
+    rgb = rng.integers(0, 256, (*shape[:-1], 6), np.uint8)[..., ::2]  # a strided view
+    for src, dst in ((T.RGB, T.BGR), (T.BGR, T.RGB)):
+        layout = "FHWC" if len(shape) == 4 else "HWC"
+        out = run_op("stoker", "color_space_conversion", [rgb], image_type=src, output_type=dst, layout=layout)[0]
+        np.testing.assert_array_equal(out, rgb[..., ::-1])
+    gray = rgb[..., :1]
+    for dst in (T.RGB, T.BGR):
+        layout = "FHWC" if len(shape) == 4 else "HWC"
+        out = run_op("stoker", "color_space_conversion", [gray], image_type=T.GRAY, output_type=dst, layout=layout)[0]
+        np.testing.assert_array_equal(out, np.repeat(gray, 3, axis=-1))
