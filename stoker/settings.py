@@ -157,6 +157,10 @@ class Settings:
     tune_seconds: Setting[float] = Setting(
         5.0, SECONDS, "Longest time a pipeline with num_threads or prefetch_queue_depth \"auto\" measures "
         "candidates at build (plus the batch in flight); 0: the heuristic, no trials.")
+    preload_cupyx: Setting[bool | None] = Setting(
+        None, _or_auto(FLAG), "Import cupyx.scipy.sparse, which CuPy's first elementwise arithmetic loads (~0.5 s), "
+        "on a thread at build: auto for pipelines with GPU arithmetic operators, 1 for every GPU pipeline, 0 "
+        "never (a first-batch probe).", user=False)
     early_engines: Setting[bool] = Setting(
         True, FLAG, "Mixed decoders start nvJPEG's hardware decoder at build, on a thread of their own, "
         "rather than in the first batch.", user=False)

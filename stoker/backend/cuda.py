@@ -285,6 +285,8 @@ class GpuContext:
         cp = cupy()
         self.sync_status = set_sync_mode(device_id)
         use_memory_pool()
+        if settings.get().preload_cupyx:  # (auto: only GPU arithmetic operators start it, at their bind)
+            preload_cupyx()
         self.device_id = device_id
         self.device = cp.cuda.Device(device_id)
         with self.device:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stoker import settings
 from stoker.operators.base import Operator
 from stoker.operators.schema import Arg, Schema, register
 from stoker.tensors import batch_of_rows, stacked_small
@@ -145,7 +146,8 @@ class Arithmetic(Operator):
     gpu_writes_in_place = True  # a float x / 255 after a cast reuses the cast's buffer
 
     def bind_pipeline(self, pipe) -> None:
-        if self.device == "gpu":  # (CuPy's first arithmetic imports cupyx: do it now, beside the build)
+        if self.device == "gpu" and settings.get().preload_cupyx is not False:
+            # (CuPy's first arithmetic imports cupyx: do it now, beside the build)
             from stoker.backend.cuda import preload_cupyx
 
             preload_cupyx()

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import null_device  # noqa: E402
 
 
-def _build(gpu, monkeypatch):
+def _build(gpu, monkeypatch, arithmetic=True):
     calls = []
     monkeypatch.setattr(cuda, "preload_cupyx", lambda: calls.append(1))
     images = [np.full((4, 4, 3), 130, np.uint8)] * 2
@@ -22,7 +22,8 @@ def _build(gpu, monkeypatch):
     @stoker.pipeline_def(batch_size=2, num_threads=1, device_id=0 if gpu else None)
     def pipe():
         x = fn.external_source(source=lambda: images, batch=True, layout="HWC")
-        return (x.gpu() if gpu else x) // 64
+        x = x.gpu() if gpu else x
+        return x // 64 if arithmetic else fn.flip(x)
 
     p = pipe()
     p.build()
@@ -50,3 +51,20 @@ def test_preload_survives_a_missing_cupyx(monkeypatch):
     cuda._cupyx_preload.join(timeout=10)
     assert not cuda._cupyx_preload.is_alive()
     cuda.preload_cupyx()  # once per process
+
+
+def test_the_setting_preloads_for_every_gpu_pipeline_or_for_none(monkeypatch):
+    """STOKER_PRELOAD_CUPYX=1: a GPU pipeline without arithmetic starts it too (once, at build);
+    =0: not even one with arithmetic."""
+    from stoker import settings
+
+    with null_device.installed():
+        with settings.override(preload_cupyx=True):
+            calls, _ = _build(True, monkeypatch, arithmetic=False)
+        assert calls == [1]
+        with settings.override(preload_cupyx=None):
+            calls, _ = _build(True, monkeypatch, arithmetic=False)
+        assert calls == []
+        with settings.override(preload_cupyx=False):
+            calls, _ = _build(True, monkeypatch)
+        assert calls == []
