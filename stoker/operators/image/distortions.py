@@ -132,8 +132,9 @@ def nearest_pixel_map(sx: np.ndarray, sy: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _sphere_nearest_map(h: int, w: int) -> np.ndarray:
-    pixels = nearest_pixel_map(*_sphere_maps(h, w))
+def _cached_nearest_map(maps, *key) -> np.ndarray:
+    """:func:`nearest_pixel_map` of ``maps(*key)`` (a cached map maker), read-only and cached."""
+    pixels = nearest_pixel_map(*maps(*key))
     pixels.flags.writeable = False
     return pixels
 
@@ -204,8 +205,14 @@ class Water(_Displacement):
     )
 
     def source_points(self, h, w, ctx):
+        return _water_maps(h, w, *self._wave())
+
+    def nearest_map(self, h, w, ctx):
+        return _cached_nearest_map(_water_maps, h, w, *self._wave())  # (the waves are the operator's own)
+
+    def _wave(self) -> tuple:
         a = self.args
-        return _water_maps(h, w, a["ampl_x"], a["ampl_y"], a["freq_x"], a["freq_y"], a["phase_x"], a["phase_y"])
+        return a["ampl_x"], a["ampl_y"], a["freq_x"], a["freq_y"], a["phase_x"], a["phase_y"]
 
 
 def sphere_constants(h: int, w: int) -> tuple[np.float32, np.float32, np.float32]:
@@ -255,7 +262,7 @@ class Sphere(_Displacement):
         return _sphere_maps(h, w)
 
     def nearest_map(self, h, w, ctx):
-        return _sphere_nearest_map(h, w)  # (the maps depend on the size alone)
+        return _cached_nearest_map(_sphere_maps, h, w)  # (the maps depend on the size alone)
 
 
 def jitter_offsets(key, n_degree: int, h: int, w: int) -> np.ndarray:
