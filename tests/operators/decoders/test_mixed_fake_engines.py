@@ -279,3 +279,57 @@ def test_an_ssd_like_pipeline_gives_the_same_batches_with_two_cpu_lanes(fake, tm
     for (ia, ba), (ib, bb) in zip(one, two):
         for x, y in zip(ia + ba, ib + bb):
             np.testing.assert_array_equal(x, y)
+
+
+def test_two_pipelines_in_one_process_give_their_own_batches_at_once(fake, tmp_path):
+    """A training and a validation pipeline in one process (a common set-up; two pipelines once met
+    a race in the decode helpers' bookkeeping): run at the same time from two threads, each gives
+    the batches it gives alone."""
+    import stoker.fn as fn
+    from stoker import pipeline_def
+
+    rng = np.random.default_rng(5)
+    for k in range(16):
+        folder = tmp_path / f"c{k % 2}"
+        folder.mkdir(exist_ok=True)
+        h, w = rng.integers(30, 90, 2)
+        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+
+    def make(kind):
+        @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=9 if kind == "train" else 4)
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root=str(tmp_path), random_shuffle=kind == "train")
+            if kind == "train":
+                return fn.decoders.image_random_crop(jpegs, device="mixed"), labels
+            return fn.decoders.image(jpegs, device="mixed"), labels
+
+        p = pipe()
+        p.build()
+        return p
+
+    def batches(p, count=6):
+        out = []
+        for _ in range(count):
+            images, labels = p.run()
+            out.append([np.asarray(s.get()) for s in images.samples()] + [np.array(x) for x in labels.samples()])
+        return out
+
+    alone = {}
+    for kind in ("train", "val"):
+        p = make(kind)
+        try:
+            alone[kind] = batches(p)
+        finally:
+            p.close()
+    pipes = {kind: make(kind) for kind in ("train", "val")}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            together = dict(zip(pipes, pool.map(batches, pipes.values())))
+    finally:
+        for p in pipes.values():
+            p.close()
+    for kind in pipes:
+        for a, b in zip(alone[kind], together[kind]):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
