@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -109,12 +108,7 @@ def main() -> None:
             for lib in a.libs.split(","):
                 cmd = [sys.executable, __file__, "--child", lib, case, str(a.size), str(a.batch), str(a.threads),
                        str(a.iterations)]
-                try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-                    out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-                    row = json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-300:]}
-                except subprocess.TimeoutExpired:
-                    row = {"lib": lib, "case": case, "error": "timed out"}
+                row = op_zoo.run_child(cmd, lib, case, timeout=300)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(table(rows), flush=True)

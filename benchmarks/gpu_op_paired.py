@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -137,12 +136,7 @@ def main() -> None:
         for lib in a.libs.split(","):
             cmd = [sys.executable, __file__, "--child", lib, a.root, case, str(a.pairs), str(a.slice_seconds),
                    str(a.threads), str(a.batch)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-                out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-                row = json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-400:]}
-            except subprocess.TimeoutExpired:
-                row = {"lib": lib, "case": case, "error": "timed out"}
+            row = op_zoo.run_child(cmd, lib, case, timeout=240)
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(table(rows), flush=True)

@@ -27,7 +27,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -256,15 +255,10 @@ def main() -> None:
             for lib in a.libs.split(","):
                 cmd = [sys.executable, __file__, "--child", lib, a.root, case, str(a.seconds), str(a.threads),
                        str(a.batch)]
-                try:
-                    env = variants.get(lib) or (old_env if lib == "stoker-old" else None)
-                    if lib == "stoker-old" and env is None:
-                        raise SystemExit("--libs names stoker-old: give --old-tree")
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-                    out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-                    row = json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-400:]}
-                except subprocess.TimeoutExpired:
-                    row = {"lib": lib, "case": case, "error": "timed out"}
+                env = variants.get(lib) or (old_env if lib == "stoker-old" else None)
+                if lib == "stoker-old" and env is None:
+                    raise SystemExit("--libs names stoker-old: give --old-tree")
+                row = op_zoo.run_child(cmd, lib, case, timeout=180, env=env)
                 row.update(round=rnd, seq=seq)
                 rows.append(row)
                 print(json.dumps(row), flush=True)

@@ -274,3 +274,18 @@ PROBES = {"detection_decode": detection_decode, "decode_only": decode_only,
           "ssd_without_bbox_crop": ssd_without_bbox_crop}
 # Pipelines whose functions need @pipeline_def(enable_conditionals=True).
 CONDITIONAL = {"rand_augment", "trivial_augment"}
+
+
+def run_child(cmd: list, lib: str, case: str, timeout: float, env=None) -> dict:
+    """Run one case in a child process (``cmd``) and return the JSON row it prints last, or a row
+    with ``error`` (its stderr's end, or "timed out"): the scripts that run the zoo case by case,
+    one process each, share this."""
+    import json
+    import subprocess
+
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"lib": lib, "case": case, "error": "timed out"}
+    out = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(out[-1]) if out else {"lib": lib, "case": case, "error": p.stderr[-400:]}

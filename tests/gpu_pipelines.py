@@ -52,3 +52,30 @@ def compare_exact(build, batch, name: str, layout: str = "HWC", kernel: bool = T
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
     return got
+
+
+def assert_alone_equals_together(make, batches, kinds=("train", "val")) -> None:
+    """Pipelines ``make(kind)`` (built) run one after the other and then at the same time from one
+    thread each: every pipeline gives the same batches (``batches(pipe)``: a list of per-batch lists
+    of host arrays) either way."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    alone = {}
+    for kind in kinds:
+        p = make(kind)
+        try:
+            alone[kind] = batches(p)
+        finally:
+            p.close()
+    pipes = {kind: make(kind) for kind in kinds}
+    try:
+        with ThreadPoolExecutor(len(pipes)) as pool:
+            together = dict(zip(pipes, pool.map(batches, pipes.values())))
+    finally:
+        for p in pipes.values():
+            p.close()
+    for kind in kinds:
+        for a, b in zip(alone[kind], together[kind]):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)

@@ -59,10 +59,11 @@ def start_batch_offload(graph: Graph, num_threads: int, lanes_possible: bool = F
     if not any(getattr(graph.instances[n.id], "offload_cpu", False) for n in graph.cpu_nodes):
         return None
     from stoker.pipeline.batch_offload import BatchOffload
+    from stoker.pipeline.cpu_lanes import MAX_LANES
 
-    lanes = settings.get().cpu_lanes or 2
+    lanes = min(settings.get().cpu_lanes or 2, MAX_LANES)  # (as cpu_lanes.lane_count decides them)
     try:  # (one helper per CPU-stage lane: two lanes with one helper waited for each other)
-        return BatchOffload(helpers=min(lanes, 4) if lanes_possible else 1)
+        return BatchOffload(helpers=lanes if lanes_possible else 1)
     except OSError as e:
         _log.warning("stoker: no helper process for batch operators (%s)", e)
         return None

@@ -40,8 +40,9 @@ class Flip(LayoutAware):
         return fast if fast is not None else np.ascontiguousarray(np.flip(img, axis=flips))
 
 
-_CV2_FLIP_TYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32,
-                                                   np.float64))
+# the element types OpenCV's array operations take (its depths but float16)
+OPENCV_TYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32,
+                                                np.float64))
 
 
 def opencv_flip(img: np.ndarray, layout: str, flips: list[int]) -> np.ndarray | None:
@@ -51,7 +52,7 @@ def opencv_flip(img: np.ndarray, layout: str, flips: list[int]) -> np.ndarray | 
     for a 413x400 RGB image on the 2-core box); OpenCV moves whole pixels with SIMD (0.02 ms). The
     same values: a flip only moves elements. The rows may lie apart (a crop's view); each row's
     pixels must be contiguous."""
-    if layout not in ("HW", "HWC") or img.dtype not in _CV2_FLIP_TYPES or not _rows_contiguous(img) \
+    if layout not in ("HW", "HWC") or img.dtype not in OPENCV_TYPES or not _rows_contiguous(img) \
             or (img.ndim == 3 and not 1 <= img.shape[2] <= 4) or 0 in img.shape:
         return None
     code = {(1,): 1, (0,): 0, (0, 1): -1}.get(tuple(sorted(flips)))

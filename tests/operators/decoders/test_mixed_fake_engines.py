@@ -285,6 +285,8 @@ def test_two_pipelines_in_one_process_give_their_own_batches_at_once(fake, tmp_p
     """A training and a validation pipeline in one process (a common set-up; two pipelines once met
     a race in the decode helpers' bookkeeping): run at the same time from two threads, each gives
     the batches it gives alone."""
+    from gpu_pipelines import assert_alone_equals_together
+
     import stoker.fn as fn
     from stoker import pipeline_def
 
@@ -314,22 +316,4 @@ def test_two_pipelines_in_one_process_give_their_own_batches_at_once(fake, tmp_p
             out.append([np.asarray(s.get()) for s in images.samples()] + [np.array(x) for x in labels.samples()])
         return out
 
-    alone = {}
-    for kind in ("train", "val"):
-        p = make(kind)
-        try:
-            alone[kind] = batches(p)
-        finally:
-            p.close()
-    pipes = {kind: make(kind) for kind in ("train", "val")}
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            together = dict(zip(pipes, pool.map(batches, pipes.values())))
-    finally:
-        for p in pipes.values():
-            p.close()
-    for kind in pipes:
-        for a, b in zip(alone[kind], together[kind]):
-            assert len(a) == len(b)
-            for x, y in zip(a, b):
-                np.testing.assert_array_equal(x, y)
+    assert_alone_equals_together(make, batches)

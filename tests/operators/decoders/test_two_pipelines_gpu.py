@@ -3,8 +3,6 @@ the same time from two threads: each gives the batches it gives alone. On the de
 GPU: tests/operators/decoders/test_mixed_fake_engines.py.) The decode share is fixed, so that the
 same images go to the same decoder either way."""
 
-from concurrent.futures import ThreadPoolExecutor
-
 import cv2
 import numpy as np
 import pytest
@@ -13,6 +11,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_train_and_val_pipelines_at_once_give_their_own_batches(cp, tmp_path):
+    from gpu_pipelines import assert_alone_equals_together
+
     import stoker.fn as fn
     import stoker.types as types
     from stoker import pipeline_def, settings
@@ -47,21 +47,4 @@ def test_train_and_val_pipelines_at_once_give_their_own_batches(cp, tmp_path):
         return out
 
     with settings.override(cpu_decode_share=0.0):
-        alone = {}
-        for kind in ("train", "val"):
-            p = make(kind)
-            try:
-                alone[kind] = batches(p)
-            finally:
-                p.close()
-        pipes = {kind: make(kind) for kind in ("train", "val")}
-        try:
-            with ThreadPoolExecutor(2) as pool:
-                together = dict(zip(pipes, pool.map(batches, pipes.values())))
-        finally:
-            for p in pipes.values():
-                p.close()
-    for kind in pipes:
-        for a, b in zip(alone[kind], together[kind]):
-            for x, y in zip(a, b):
-                np.testing.assert_array_equal(x, y)
+        assert_alone_equals_together(make, batches)

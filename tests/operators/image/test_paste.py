@@ -57,7 +57,7 @@ def test_paste_gives_the_same_canvas_on_both_paths_for_every_type(dtype, channel
         return np.asarray(samples[0])
 
     fast = run()
-    monkeypatch.setattr(paste, "_CV2_TYPES", frozenset())
+    monkeypatch.setattr(paste, "OPENCV_TYPES", frozenset())
     plain = run()
     assert fast.dtype == plain.dtype == dtype and fast.shape == plain.shape == (16, 10, channels)
     np.testing.assert_array_equal(fast, plain)
