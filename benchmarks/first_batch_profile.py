@@ -50,12 +50,7 @@ def main() -> None:
     @pipeline_def(batch_size=a.batch, num_threads=a.threads, device_id=0, seed=1,
                   enable_conditionals=whole in op_zoo.CONDITIONAL)
     def pipe():
-        if whole is not None:  # a whole pipeline of the zoo (pipeline:NAME, as gpu_op_table.py names it)
-            return {**op_zoo.PIPELINES, **op_zoo.PROBES}[whole](fn, types, a.root)
-        x, labels = op_zoo.decode_resize(fn, types, a.root)
-        if a.case != "baseline":
-            x = op_zoo.OPS[a.case](fn, types, x)
-        return fn.crop(x, crop=(224, 224)), labels
+        return op_zoo.case_builder(a.case)(fn, types, a.root)
 
     before = set(sys.modules)
     t = time.perf_counter()

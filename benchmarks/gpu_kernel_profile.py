@@ -4,6 +4,9 @@ CuPy's and nvImageCodec's included; the hardware JPEG engines' work is not a ker
 appear).
 
     python benchmarks/gpu_kernel_profile.py DATA_DIR train,val,rand_augment [--batches 10] [--top 12]
+
+A name may also be "baseline" or an operator of ``op_zoo.OPS`` (decode, resize 256, the operator,
+crop 224: the per-operator tables' cases).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def main() -> None:
 
     torch.zeros(1, device="cuda")
     for name in a.pipelines.split(","):
-        build = {**op_zoo.PIPELINES, **op_zoo.PROBES}[name]
+        build = op_zoo.case_builder(name)
 
         @pipeline_def(batch_size=256, num_threads=16, device_id=0, seed=1,
                       enable_conditionals=name in op_zoo.CONDITIONAL)

@@ -100,13 +100,7 @@ def make_pipeline(lib: str, root: str, case: str, threads: int, batch: int):
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, seed=1, enable_conditionals=conditional)
     def pipe():
-        if case.startswith("pipeline:"):
-            name = case.split(":", 1)[1]
-            return {**op_zoo.PIPELINES, **op_zoo.PROBES}[name](fn, types, root)
-        x, labels = op_zoo.decode_resize(fn, types, root)
-        if case != "baseline":
-            x = op_zoo.OPS[case](fn, types, x)
-        return fn.crop(x, crop=(224, 224)), labels
+        return op_zoo.case_builder(case)(fn, types, root)
 
     return pipe()
 

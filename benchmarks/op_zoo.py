@@ -276,6 +276,24 @@ PROBES = {"detection_decode": detection_decode, "decode_only": decode_only,
 CONDITIONAL = {"rand_augment", "trivial_augment"}
 
 
+def case_builder(case: str):
+    """``build(fn, types, root) -> outputs`` of a case as the zoo scripts name it: "baseline" or an
+    operator of ``OPS`` (decode_resize, the operator, crop 224), "pipeline:NAME" or a bare name of
+    ``PIPELINES`` / ``PROBES``."""
+    name = case.split(":", 1)[1] if case.startswith("pipeline:") else case
+    whole = {**PIPELINES, **PROBES}
+    if name in whole and (case.startswith("pipeline:") or name not in OPS):
+        return whole[name]
+
+    def build(fn, types, root):
+        x, labels = decode_resize(fn, types, root)
+        if case != "baseline":
+            x = OPS[case](fn, types, x)
+        return fn.crop(x, crop=(224, 224)), labels
+
+    return build
+
+
 def run_child(cmd: list, lib: str, case: str, timeout: float, env=None) -> dict:
     """Run one case in a child process (``cmd``) and return the JSON row it prints last, or a row
     with ``error`` (its stderr's end, or "timed out"): the scripts that run the zoo case by case,

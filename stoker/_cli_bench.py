@@ -49,7 +49,7 @@ class NodeTimer:
 
     def __init__(self, stream=None):
         self.exclusive: collections.Counter = collections.Counter()  # (kind, label, node id) -> s
-        self.stages: collections.Counter = collections.Counter()  # "cpu"/"gpu"/"consumer" -> s
+        self.stages: collections.Counter = collections.Counter()  # "cpu"/"gpu"/"gpu ops"/"consumer" -> s
         self.stream = stream
         self.events: list = []
         self._local = threading.local()
@@ -76,16 +76,23 @@ class NodeTimer:
 
     def gpu_busy_s(self) -> float | None:
         """Seconds the GPU stream spent on the GPU stage's batches (CUDA events; an upper bound:
-        a gap inside one batch's work counts as busy). None without events."""
+        a gap inside one batch's work counts as busy). The spans of a GPU stage split over two
+        threads overlap, so their union is counted. None without events."""
         if not self.events:
             return None
         import cupy as cp
 
-        total = 0.0
+        first = self.events[0][0]
+        spans = []
         for start, end in self.events:
             end.synchronize()
-            total += cp.cuda.get_elapsed_time(start, end) / 1e3
-        return total
+            spans.append((cp.cuda.get_elapsed_time(first, start), cp.cuda.get_elapsed_time(first, end)))
+        total, reach = 0.0, float("-inf")
+        for a, b in sorted(spans):
+            if b > reach:
+                total += b - max(a, reach)
+                reach = b
+        return total / 1e3
 
 
 class _Span:
@@ -102,7 +109,7 @@ class _Span:
         self.inner = 0.0
         self.generation = self.timer._generation
         self.event = None
-        if self.kind == "stage" and self.what == "gpu" and self.timer.stream is not None:
+        if self.kind == "stage" and self.what in ("gpu", "gpu ops") and self.timer.stream is not None:
             import cupy as cp
 
             self.event = cp.cuda.Event()
@@ -219,7 +226,7 @@ class Measurement:
     samples: int
     cpu_s: float
     consumer_wait_s: float  # time the benchmark loop spent inside run()
-    stages: dict  # "cpu", "gpu", "consumer" -> busy seconds
+    stages: dict  # "cpu", "gpu", "gpu ops" (a split GPU stage), "consumer" -> busy seconds
     items: dict  # (kind, label, node id) -> exclusive seconds
     readers: set = field(default_factory=set)  # node ids of the sources (readers, external sources)
     gpu_util: float | None = None
@@ -261,7 +268,7 @@ def verdict(m: Measurement) -> str:
         by_cat[category(m, key)] += s
     reader_s = by_cat["reader"]
     # The busiest stage sets the pace; the consumer's own work is not part of the pipeline.
-    stage = max(("cpu", "gpu"), key=lambda k: m.stages.get(k, 0.0))
+    stage = max(("cpu", "gpu", "gpu ops"), key=lambda k: m.stages.get(k, 0.0))
     busy = m.stages.get(stage, 0.0) / m.wall_s if m.wall_s else 0.0
     items = [(s, key) for key, s in m.items.items() if category(m, key) != "overhead"]
     if m.wall_s and reader_s / m.wall_s >= DOMINANT:

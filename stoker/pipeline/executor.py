@@ -38,7 +38,7 @@ from stoker.operators.decoders.cpu import tune_allocator_once
 from stoker.operators.transfer import seal_tables
 from stoker.pipeline import conditionals, cpu_lanes, deferred_offload, fusion, sample_drops
 from stoker.pipeline.graph import Graph
-from stoker.pipeline.stage_setup import chain_process_count, last_uses, start_batch_offload  # noqa: F401
+from stoker.pipeline.stage_setup import chain_process_count, last_uses, split_gpu_nodes, start_batch_offload  # noqa: F401
 from stoker.pipeline.tracking import Track, Tracker, complete_batch, fill_masks
 from stoker.tensors import TensorListCPU
 
@@ -175,7 +175,14 @@ class Executor:
             self._cpu_lanes = cpu_lanes.start(self, _STOP)  # 2 threads where it pays, else 1:
             if self._cpu_lanes == 1:
                 self.start_thread(self._cpu_worker, "stoker-cpu-stage")
-            if has_gpu:
+            # STOKER_SPLIT_GPU_STAGE: the mixed decoders on one thread, the operators after them on
+            # another (stage_setup.split_gpu_nodes), as DALI's mixed and GPU stages
+            self._gpu_parts = split_gpu_nodes(graph) if has_gpu else None
+            if self._gpu_parts:
+                self._gpu_mid: queue.Queue = queue.Queue(maxsize=1)
+                self.start_thread(lambda: self._gpu_worker(1), "stoker-gpu-stage")
+                self.start_thread(lambda: self._gpu_worker(2), "stoker-gpu-ops")
+            elif has_gpu:
                 self.start_thread(self._gpu_worker, "stoker-gpu-stage")
 
     def _timed(self, kind: str, what):
@@ -319,23 +326,30 @@ class Executor:
             with self._timed("wait", "consumer"):  # blocks while the queue ahead is full
                 self._mid.put(it)
 
-    def _gpu_worker(self):
+    def _gpu_worker(self, part: int = 0):
+        """The GPU stage's thread (``part`` 0), or one of its two halves when it is split: 1 runs
+        the nodes up to the split and hands the iteration on, 2 runs the rest."""
+        source, sink = (self._gpu_mid, self._out) if part == 2 else (self._mid, self._gpu_mid if part else self._out)
+        nodes = self._gpu_parts[part - 1] if part else None
         while True:
-            it = self._mid.get()
+            it = source.get()
             if it is _STOP:
+                if part == 1:
+                    sink.put(_STOP)
                 return
-            with self._timed("wait", "consumer"):
-                while not self._closed and not self._gpu_outputs.acquire(timeout=0.1):
-                    pass  # wait for pop() to take a finished batch
+            if part != 2:
+                with self._timed("wait", "consumer"):
+                    while not self._closed and not self._gpu_outputs.acquire(timeout=0.1):
+                        pass  # wait for pop() to take a finished batch
             if self._closed:
-                # Keep reading _mid until the CPU stage's _STOP (it would block on a full queue
+                # Keep reading the queue until the CPU stage's _STOP (it would block on a full queue
                 # otherwise) and call off what the iterations hold (a mixed decoder's buffers).
                 for prepared in it.prepared.values():
                     cancel_prepared(prepared)
                 continue
-            with self._stage_lock, self._timed("stage", "gpu"):
-                self._run_gpu_stage(it)
-            self._out.put(it)
+            with self._stage_lock, self._timed("stage", "gpu ops" if part == 2 else "gpu"):
+                self._run_gpu_stage(it, nodes, finish=part != 1)
+            sink.put(it)
 
     def _run_cpu_stage(self, it: Iteration) -> None:
         if self._ended:
@@ -367,13 +381,15 @@ class Executor:
             with self._timed("fused", step) if fused else contextlib.nullcontext():
                 fusion.run_steps(self, [step], it)
 
-    def _run_gpu_stage(self, it: Iteration) -> None:
+    def _run_gpu_stage(self, it: Iteration, nodes=None, finish: bool = True) -> None:
+        """Run the GPU nodes (``nodes``: some of them, in order) on ``it``; ``finish``: the last
+        of them ran, so seal the tables, record ``done_event`` and free the intermediates."""
         if it.error is not None:
             return
         try:
             with self.gpu.activate():
                 prepared = it.prepared
-                for node in self.graph.gpu_nodes:
+                for node in self.graph.gpu_nodes if nodes is None else nodes:
                     self.run_node(node, it, gpu=True)
                     prepared.pop(node.id, None)  # a mixed decoder's host half holds its buffers
                     # A device batch no later operator reads goes back to the pool at once, so the
@@ -381,6 +397,8 @@ class Executor:
                     for key in self._last_use.get(node.id, ()):
                         if is_gpu_batch(it.values.get(key)):
                             del it.values[key]
+                if not finish:
+                    return
                 seal_tables(self.gpu.device_id)  # (one event for the stage's tables)
                 it.done_event = self.gpu.record_event()
                 # Device intermediates go back to the pool now, not when the consumer takes the

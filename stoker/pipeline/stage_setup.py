@@ -1,6 +1,7 @@
 """What the executor decides once, at construction: how many chain worker processes a pipeline
-gets, whether its batch operators get a helper process, and which GPU-stage node reads each
-device value last (so the value goes back to the memory pool right after it)."""
+gets, whether its batch operators get a helper process, which GPU-stage node reads each
+device value last (so the value goes back to the memory pool right after it), and whether the
+GPU stage runs on one thread or two."""
 
 from __future__ import annotations
 
@@ -81,3 +82,27 @@ def last_uses(graph: Graph, keep: set) -> dict:
         if key not in keep:
             out.setdefault(node_id, []).append(key)
     return out
+
+
+def split_gpu_nodes(graph: Graph) -> tuple[list, list] | None:
+    """The GPU stage's nodes as (head, rest) for two stage threads, or None for one.
+
+    The head is the longest run of GPU nodes from the start that read only host data (the mixed
+    decoders, uploads of labels): those never wait for another GPU node. A mixed decoder's device
+    half mostly waits (for the JPEG engines, its helper processes, its CPU-decoded share), and on
+    one thread the operators after it waited behind it; on their own thread their host work (their
+    tables, launches) runs while the next batch decodes, as in DALI, whose mixed and GPU stages
+    are separate. Both threads launch on the pipeline's stream, so the device keeps the order.
+    ``STOKER_SPLIT_GPU_STAGE``: auto splits where a mixed node is in the head and nodes follow it;
+    1 wherever both parts have nodes; 0 never."""
+    nodes = graph.gpu_nodes
+    on_gpu = {n.id for n in nodes}
+    k = 0
+    while k < len(nodes) and all(x.source.id not in on_gpu for x in [*nodes[k].inputs, *nodes[k].arg_inputs.values()]):
+        k += 1
+    wanted = settings.get().split_gpu_stage
+    if wanted is False or not 0 < k < len(nodes):
+        return None
+    if wanted is None and not any(n.device == "mixed" for n in nodes[:k]):
+        return None
+    return nodes[:k], nodes[k:]

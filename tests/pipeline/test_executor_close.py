@@ -12,7 +12,7 @@ import pytest
 from stoker.pipeline.executor import Executor
 
 
-def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
+def _stub_executor(cpu_queue: int, gpu_queue: int, split: bool = False) -> Executor:
     ex = Executor.__new__(Executor)
     ex.asynchronous, ex._closed, ex._pending, ex._seq = True, False, 0, 0
     ex._out, ex._in = queue.Queue(), queue.Queue()
@@ -23,15 +23,21 @@ def _stub_executor(cpu_queue: int, gpu_queue: int) -> Executor:
     ex.pool, ex._chain_workers = None, None
     ex.graph = type("Graph", (), {"gpu_nodes": [object()]})()
     ex._run_cpu_stage = lambda it: None
-    ex._run_gpu_stage = lambda it: None
+    ex._run_gpu_stage = lambda it, nodes=None, finish=True: None
     ex.start_thread(ex._cpu_worker, "cpu-stage")
-    ex.start_thread(ex._gpu_worker, "gpu-stage")
+    if split:  # the GPU stage on two threads (stage_setup.split_gpu_nodes)
+        ex._gpu_parts, ex._gpu_mid = ([object()], [object()]), queue.Queue(maxsize=1)
+        ex.start_thread(lambda: ex._gpu_worker(1), "gpu-stage")
+        ex.start_thread(lambda: ex._gpu_worker(2), "gpu-ops")
+    else:
+        ex.start_thread(ex._gpu_worker, "gpu-stage")
     return ex
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["one GPU thread", "split GPU stage"])
 @pytest.mark.parametrize("cpu_queue,gpu_queue", [(2, 2), (3, 2), (1, 1)])
-def test_close_with_full_stage_queues_ends_both_stage_threads(cpu_queue, gpu_queue):
-    ex = _stub_executor(cpu_queue, gpu_queue)
+def test_close_with_full_stage_queues_ends_both_stage_threads(cpu_queue, gpu_queue, split):
+    ex = _stub_executor(cpu_queue, gpu_queue, split)
     for i in range(cpu_queue + gpu_queue):  # what Pipeline schedules first
         ex.schedule({}, i)
     ex.pop()

@@ -317,3 +317,47 @@ def test_two_pipelines_in_one_process_give_their_own_batches_at_once(fake, tmp_p
         return out
 
     assert_alone_equals_together(make, batches)
+
+
+def test_a_split_gpu_stage_gives_the_batches_of_one_thread(fake, tmp_path):
+    """STOKER_SPLIT_GPU_STAGE: the decoder's device half on one thread and the GPU operators after
+    it on another (stage_setup.split_gpu_nodes) give the batches of the one-thread stage, in order,
+    with prefetching; cast and arithmetic compute for real on the null device."""
+    import stoker.fn as fn
+    import stoker.types as types
+    from stoker import pipeline_def, settings
+
+    rng = np.random.default_rng(3)
+    for k in range(10):
+        folder = tmp_path / f"c{k % 2}"
+        folder.mkdir(exist_ok=True)
+        h, w = rng.integers(30, 70, 2)
+        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+
+    def run(split):
+        @pipeline_def(batch_size=3, num_threads=2, device_id=0, seed=5, prefetch_queue_depth=3)
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root=str(tmp_path), random_shuffle=True)
+            x = fn.decoders.image_random_crop(jpegs, device="mixed")
+            return fn.cast(x, dtype=types.FLOAT) * 0.5 + labels.gpu(), labels
+
+        with settings.override(split_gpu_stage=split):
+            p = pipe()
+            p.build()
+            try:
+                threads = [t.name for t in p._executor._threads]
+                out = []
+                for _ in range(7):  # (10 files, batches of 3: passes wrap, as in training)
+                    images, labels = p.run()
+                    out.append([np.asarray(s.get()) for s in images.samples()]
+                               + [np.array(x) for x in labels.samples()])
+                return threads, out
+            finally:
+                p.close()
+
+    (one_threads, one), (two_threads, two) = run(False), run(True)
+    assert "stoker-gpu-ops" in two_threads and "stoker-gpu-ops" not in one_threads
+    assert any(x.size for x in one[0])
+    for a, b in zip(one, two, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
