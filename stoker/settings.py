@@ -173,11 +173,11 @@ class Settings:
         "operators run while the previous one waits for the batch-operator helper; the sources and the GPU nodes' host "
         "halves keep their order; one batch-operator helper per lane. auto: 2 exactly when the batch-operator "
         "helper runs.", user=False)
-    split_gpu_stage: Setting[bool | None] = Setting(
-        None, _or_auto(FLAG), "The GPU stage runs on two threads: the mixed decoders' device half on one, the "
-        "GPU operators after them on another, so that the operators' host work overlaps the next batch's decode "
-        "(DALI's mixed and GPU stages). auto: where a mixed node (a mixed decoder, a .gpu() upload) heads the GPU "
-        "stage and operators follow it.", user=False)
+    split_gpu_stage: Setting[bool] = Setting(
+        False, FLAG, "The GPU stage runs on two threads: the mixed nodes at its head (decoders, .gpu() uploads) on "
+        "one, the operators after them on another, so that the operators' host work overlaps the next batch's "
+        "decode (DALI's mixed and GPU stages). Off: on an H100 it was level on six zoo pipelines and 15-20 % "
+        "slower on ssd and trivial_augment (benchmarks/RESULTS.md, session 22).", user=False)
     serial_stages: Setting[bool] = Setting(
         False, FLAG, "The CPU and GPU stages take turns instead of overlapping.", user=False)
     stage_uploads: Setting[bool] = Setting(

@@ -175,7 +175,7 @@ class Executor:
             self._cpu_lanes = cpu_lanes.start(self, _STOP)  # 2 threads where it pays, else 1:
             if self._cpu_lanes == 1:
                 self.start_thread(self._cpu_worker, "stoker-cpu-stage")
-            # STOKER_SPLIT_GPU_STAGE: the mixed decoders on one thread, the operators after them on
+            # STOKER_SPLIT_GPU_STAGE=1: the mixed nodes on one thread, the operators after them on
             # another (stage_setup.split_gpu_nodes), as DALI's mixed and GPU stages
             self._gpu_parts = split_gpu_nodes(graph) if has_gpu else None
             if self._gpu_parts:

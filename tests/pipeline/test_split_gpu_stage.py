@@ -29,13 +29,14 @@ def _images(n=5):
     return [rng.integers(0, 256, (int(h), 20, 3), dtype=np.uint8) for h in rng.integers(10, 30, n)]
 
 
-def _pipe(body, batch=5):
+def _pipe(body, batch=5, split=True):
     @pipeline_def(batch_size=batch, num_threads=1, device_id=0, seed=3, prefetch_queue_depth=2)
     def pipe():
         return body()
 
-    p = pipe()
-    p.build()
+    with settings.override(split_gpu_stage=split):
+        p = pipe()
+        p.build()
     return p
 
 
@@ -53,19 +54,31 @@ def test_an_upload_followed_by_operators_splits(null_cupy):
 
     p = _pipe(body)
     try:
-        assert _heads_and_rest(p) == (["_to_gpu"], ["cast", "_arithmetic"])
+        with settings.override(split_gpu_stage=True):
+            assert _heads_and_rest(p) == (["_to_gpu"], ["cast", "_arithmetic"])
         assert "stoker-gpu-ops" in [t.name for t in p._executor._threads]
-        with settings.override(split_gpu_stage=False):
-            assert _heads_and_rest(p) is None
     finally:
         p.close()
+    p = _pipe(body, split=False)
+    try:
+        assert _heads_and_rest(p) is None
+        assert "stoker-gpu-ops" not in [t.name for t in p._executor._threads]
+    finally:
+        p.close()
+
+
+def test_the_split_is_off_by_default(null_cupy):
+    from stoker.settings import Settings
+
+    assert Settings().split_gpu_stage is False
 
 
 def test_nothing_to_split_without_operators_after_the_head(null_cupy):
     images = _images()
     p = _pipe(lambda: fn.external_source(source=[images], cycle=True, layout="HWC").gpu())
     try:
-        assert _heads_and_rest(p) is None
+        with settings.override(split_gpu_stage=True):
+            assert _heads_and_rest(p) is None
         assert "stoker-gpu-ops" not in [t.name for t in p._executor._threads]
     finally:
         p.close()
@@ -83,8 +96,7 @@ def test_a_split_stage_gives_the_batches_of_one_thread(null_cupy):
             x = fn.external_source(source=source, layout="HWC", batch=True).gpu()
             return fn.cast(x, dtype=types.FLOAT) * 0.5 + fn.random.uniform(range=(0.0, 1.0)).gpu()
 
-        with settings.override(split_gpu_stage=split):
-            p = _pipe(body, batch=4)
+        p = _pipe(body, batch=4, split=split)
         try:
             return [[np.asarray(s.get()) for s in p.run()[0].samples()] for _ in range(6)]
         finally:
@@ -107,7 +119,7 @@ def test_an_error_after_the_split_names_its_operator_and_the_pipeline_closes(nul
     p = _pipe(body, batch=4)
     executor = p._executor
     try:
-        assert _heads_and_rest(p) == (["_to_gpu"], ["crop"])
+        assert "stoker-gpu-ops" in [t.name for t in executor._threads]
         with pytest.raises(OperatorError, match="crop"):
             p.run()
     finally:

@@ -431,6 +431,9 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
         count = int(np.prod([dense.shape[d] for d in red], dtype=np.int64))
         (mean, m_shared), (factor, f_shared) = build_tables(cp, upload, op, given, keeps, [dense], red,
                                                             [count], n)
+        rows = kernel_rows(shapes, axes) if in_type in _SUFFIX and out_type in _SUFFIX and n <= _MAX_GRID_Y else None
+        if rows is not None:  # the map in one launch (CuPy's float64 steps: 2-4 passes and a float64 temporary)
+            return [_map(cuda, upload, x, rows, (mean, m_shared), (factor, f_shared), sizes, shift, out_type)]
         keep0 = tuple(keeps[0].tolist())
         mean = mean.reshape((1 if m_shared else n, *keep0))
         factor = factor.reshape((1 if f_shared else n, *keep0))
@@ -445,16 +448,22 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     x = contiguous_samples(x)
     ptrs = x.geometry()[0]
     mean_tab, factor_tab = _ragged_tables(cp, upload, op, x, ptrs, given, keeps, shapes, axes, counts)
+    return [_map(cuda, upload, x, rows, mean_tab, factor_tab, sizes, shift, out_type)]
+
+
+def _map(cuda, upload, x, rows, mean_tab, factor_tab, sizes, shift: float, out_type: np.dtype):
+    """``(x - mean) * factor + shift`` by one launch of ``normalize.cu`` over the batch ``x``
+    (contiguous samples) with the flat tables and the rows of :func:`kernel_rows`."""
+    shapes = x.geometry()[2]
     rows[:, 3] = _offsets(mean_tab, sizes)
     rows[:, 4] = _offsets(factor_tab, sizes)
-
     sample_sizes = rows[:, 2]
-    buf, offsets, out = flat_output(shapes, sample_sizes, out_type, layout, x.source_info())
+    buf, offsets, out = flat_output(shapes, sample_sizes, out_type, x.layout(), x.source_info())
     if not sample_sizes.any():
-        return [out]
-    rows[:, 0] = ptrs
+        return out
+    rows[:, 0] = x.geometry()[0]
     rows[:, 1] = buf.data.ptr + offsets * out_type.itemsize
-    grid, block = grid_for(int(sample_sizes.max()), n)
-    kernel = cuda.load_kernel("normalize", f"normalize_{_SUFFIX[in_type]}_{_SUFFIX[out_type]}")
+    grid, block = grid_for(int(sample_sizes.max()), len(x))
+    kernel = cuda.load_kernel("normalize", f"normalize_{_SUFFIX[x.element_dtype()]}_{_SUFFIX[out_type]}")
     kernel(grid, block, (upload(rows), mean_tab[0], factor_tab[0], np.float64(shift)))
-    return [out]
+    return out
