@@ -156,15 +156,19 @@ def test_constant_samples_give_shift(make_images):
 
 
 @pytest.mark.parametrize("same_size", [True, False], ids=["dense", "ragged"])
-def test_dense_batches_map_with_cupy_and_ragged_ones_with_the_kernel(same_size, make_images, monkeypatch):
+def test_dense_and_ragged_batches_map_in_one_kernel_launch(same_size, make_images, monkeypatch):
+    """A dense batch (one size: a resized batch) maps by normalize.cu as a ragged one does, not by
+    CuPy's float64 steps (dense_map), with the CPU's values."""
     import importlib
 
     mod = importlib.import_module(MODULE)
-    calls = []
-    real = mod.dense_map
-    monkeypatch.setattr(mod, "dense_map", lambda *a: calls.append(1) or real(*a))
+    maps, cupy_maps = [], []
+    real_map, real_dense = mod._map, mod.dense_map
+    monkeypatch.setattr(mod, "_map", lambda *a: maps.append(1) or real_map(*a))
+    monkeypatch.setattr(mod, "dense_map", lambda *a: cupy_maps.append(1) or real_dense(*a))
     _compare(_images(make_images, same_size, "u8"), lambda x: fn.normalize(x, axis_names="HW"))
-    assert bool(calls) == same_size
+    _compare(_images(make_images, same_size, "u8"), lambda x: fn.normalize(x, mean=128.0, stddev=50.0))
+    assert len(maps) == 2 and not cupy_maps
 
 
 def test_int64_output_takes_the_host_fallback_with_the_same_result(make_images):
