@@ -471,8 +471,9 @@ def python_calls(fn) -> int:
 
 @contextlib.contextmanager
 def recording_uploads(monkeypatch, modules):
-    """The null device installed, with ``upload_table`` of each of ``modules`` replaced by a
-    recorder: yields the list of host tables uploaded, in order."""
+    """The null device installed, with ``upload_table`` (and ``upload_tables``, several tables in
+    one copy) of each of ``modules`` replaced by a recorder: yields the list of host tables
+    uploaded, in order."""
     got = []
 
     def record(table, batch):
@@ -481,7 +482,10 @@ def recording_uploads(monkeypatch, modules):
 
     with installed():
         for mod in modules:
-            monkeypatch.setattr(mod, "upload_table", record)
+            for name, stand_in in (("upload_table", record),
+                                   ("upload_tables", lambda batch, *tables: [record(t, batch) for t in tables])):
+                if hasattr(mod, name):
+                    monkeypatch.setattr(mod, name, stand_in)
         yield got
 
 

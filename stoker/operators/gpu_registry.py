@@ -178,6 +178,26 @@ def upload_table(table, batch):
     return table_arena(batch).upload(table, current_stream(batch))
 
 
+_TABLE_ALIGN = 256  # (TableArena.ALIGN: each table of a packed upload starts as a table of its own would)
+
+
+def upload_tables(batch, *tables) -> list:
+    """Several small host tables on the device in one copy: views into one uploaded block, each
+    with its table's type and shape. One CUDA call per operator rather than one per table: every
+    CUDA call lets go of the interpreter lock, and the GPU stage then waits to get it back behind
+    the pipeline's other threads (issue 16)."""
+    arrays = [np.ascontiguousarray(t) for t in tables]
+    sizes = [-(-a.nbytes // _TABLE_ALIGN) * _TABLE_ALIGN for a in arrays]
+    if len(arrays) < 2 or sum(sizes) > (1 << 20):
+        return [upload_table(a, batch) for a in arrays]
+    starts = np.cumsum([0, *sizes[:-1]]).tolist()
+    packed = np.zeros(sum(sizes), np.uint8)
+    for a, start in zip(arrays, starts):
+        packed[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
+    block = upload_table(packed, batch)
+    return [block[start:start + a.nbytes].view(a.dtype).reshape(a.shape) for a, start in zip(arrays, starts)]
+
+
 def batch_column(op, arg_inputs, name: str, n: int, default: float) -> np.ndarray:
     """A scalar argument for every sample as a float64 (n,) array: its argument input (first
     value of each sample's tensor) or the static value, ``default`` where neither is given."""

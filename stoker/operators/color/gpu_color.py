@@ -26,7 +26,7 @@ from stoker.operators.gpu_registry import (
     per_sample,
     plan_batch,
     register_gpu,
-    upload_table,
+    upload_tables,
 )
 
 _SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32"}
@@ -55,8 +55,7 @@ def _map_batch(kind: str, x, in_type: np.dtype, out_type: np.dtype, ftab: np.nda
     itab[:, 2] = counts
     name = f"{kind}_{_SUFFIX[in_type]}_{_SUFFIX[out_type]}"
     grid, block = grid_for(int(counts.max()), n)
-    cuda.load_kernel("linear_color", name)(grid, block, (upload_table(itab, batch),
-                                                         upload_table(np.ascontiguousarray(ftab, np.float32), batch)))
+    cuda.load_kernel("linear_color", name)(grid, block, tuple(upload_tables(batch, itab, np.asarray(ftab, np.float32))))
     return out
 
 

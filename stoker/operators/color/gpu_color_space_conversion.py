@@ -27,6 +27,7 @@ from stoker.operators.gpu_registry import (
     host_fallback,
     register_gpu,
     upload_table,
+    upload_tables,
 )
 
 # OpenCV's uint8 RGB -> GRAY weights (0.299, 0.587, 0.114 with 15 fractional bits, summing to
@@ -84,14 +85,13 @@ def gpu_color_space_conversion(op, batch, inputs, arg_inputs):
     itab[:, 1] = buf.data.ptr + offsets  # uint8: element offsets are byte offsets
     itab[:, 2] = pixels
     grid, block = grid_for(int(pixels.max()), n)
-    it = upload_table(itab, batch)
     if dst == types.GRAY and src in LUMA_Q15:
         w = LUMA_Q15[src]
-        cuda.load_kernel("color_convert", "luma_u8")(grid, block, (it, np.int32(w[0]), np.int32(w[1]),
-                                                                   np.int32(w[2])))
+        cuda.load_kernel("color_convert", "luma_u8")(grid, block, (upload_table(itab, batch), np.int32(w[0]),
+                                                                   np.int32(w[1]), np.int32(w[2])))
         return [out]
     # the same map for every sample; the tables keep linear_color's one row per sample
-    ft = upload_table(np.tile(_ftab(src, dst), (n, 1)), batch)
+    it, ft = upload_tables(batch, itab, np.tile(_ftab(src, dst), (n, 1)))
     if cin == 3 and cout == 3:
         cuda.load_kernel("linear_color", "matrix_u8_u8")(grid, block, (it, ft))
     else:

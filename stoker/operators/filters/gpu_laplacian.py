@@ -27,7 +27,7 @@ from stoker.operators.gpu_registry import (
     grid_for,
     host_fallback,
     register_gpu,
-    upload_table,
+    upload_tables,
 )
 from stoker.operators.image.geometry_batch import plan_rows, sample_rows
 from stoker.operators.per_frame import has_frame_values
@@ -213,7 +213,7 @@ def gpu_laplacian(op, batch, inputs, arg_inputs):
     grid, block = grid_for(int(sizes.max()), n)
     names = {INPUT: _SUFFIX[in_type], OUTPUT: _SUFFIX[out_type]}
     if axes == 2 and int(sizes.max()) < 2**31:  # images: one launch, no float32 scratch (4 launches: ~1.3 ms)
-        it, tt = upload_table(itab, batch), upload_table(taps.reshape(n, -1), batch)
+        it, tt = upload_tables(batch, itab, taps.reshape(n, -1))
         r1 = "r1_" if (itab[:, 10:20:3] == 1).all() else ""  # every window 3 taps: the unrolled kernel
         kernel = cuda.load_kernel("laplacian", f"lap2d_{r1}{names[INPUT]}_{names[OUTPUT]}")
         kernel(grid, block, (it, tt, np.int32(kmax)))
@@ -222,7 +222,7 @@ def gpu_laplacian(op, batch, inputs, arg_inputs):
     for col in {1: (), 2: (SCRATCH_A, PARTIAL_SUM), 3: (SCRATCH_A, SCRATCH_B, PARTIAL_SUM)}[axes]:
         scratch.append(cp.empty(total, cp.float32))
         itab[:, col] = scratch[-1].data.ptr + offsets * 4
-    it, tt = upload_table(itab, batch), upload_table(taps.reshape(n, -1), batch)
+    it, tt = upload_tables(batch, itab, taps.reshape(n, -1))
     for q, src, dst, add in pass_plan(axes):
         kernel = f"lap_pass_{names.get(src, 'f32')}_{names.get(dst, 'f32')}"
         cuda.load_kernel("laplacian", kernel)(

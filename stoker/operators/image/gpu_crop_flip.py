@@ -48,10 +48,23 @@ def crop_flip_samples(samples, windows, flips, batch):
             s = cp.ascontiguousarray(s)
         itab[i] = (s.data.ptr, s.strides[0], s.shape[0], s.shape[1], win[0], win[1], win[2], win[3],
                    int(flips[i]), o.data.ptr)
-    it = upload_table(itab, batch)
-    grid, block = grid_for(max(h * w for h, w in sizes), n)
-    cuda.load_kernel("crop_flip", "crop_flip")(grid, block, (it, np.int32(bpp)))
+    launch_crop_flip(itab, bpp, grid_for(max(h * w for h, w in sizes), n), batch)
     return outs, dense
+
+
+def launch_crop_flip(itab: np.ndarray, bpp: int, grid_block, batch) -> None:
+    """One launch of ``crop_flip.cu`` over the table ``itab`` (its columns as the kernel reads them),
+    copying in the widest words (4, 2 or 1 bytes) that divide the pixel size and every source
+    pointer, row stride and destination pointer."""
+    from stoker.backend import cuda
+
+    unit = 1
+    for size in (4, 2):
+        if bpp % size == 0 and not (itab[:, [0, 1, 9]] % size).any():
+            unit = size
+            break
+    name = {1: "crop_flip", 2: "crop_flip_w2", 4: "crop_flip_w4"}[unit]
+    cuda.load_kernel("crop_flip", name)(*grid_block, (upload_table(itab, batch), np.int32(bpp // unit)))
 
 
 def crop_flip_batch(x, windows: np.ndarray, flips: np.ndarray, batch):
@@ -92,8 +105,7 @@ def crop_flip_batch(x, windows: np.ndarray, flips: np.ndarray, batch):
     itab[:, 4:8] = windows
     itab[:, 8] = np.asarray(flips, np.int64).reshape(n)
     itab[:, 9] = dst
-    grid, block = grid_for(int((hw[:, 0] * hw[:, 1]).max()), n)
-    cuda.load_kernel("crop_flip", "crop_flip")(grid, block, (upload_table(itab, batch), np.int32(bpp)))
+    launch_crop_flip(itab, bpp, grid_for(int((hw[:, 0] * hw[:, 1]).max()), n), batch)
     return out
 
 

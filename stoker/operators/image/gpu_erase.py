@@ -23,7 +23,7 @@ from stoker.operators.gpu_registry import (
     per_sample,
     plan_batch,
     register_gpu,
-    upload_table,
+    upload_tables,
 )
 from stoker.operators.image.erase import F32
 
@@ -159,6 +159,5 @@ def gpu_erase(op, batch, inputs, arg_inputs):
     itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
     grid, block = grid_for(int(sizes.max()), n)
     kernel = cuda.load_kernel("erase", f"erase_{dtype.itemsize}")
-    kernel(grid, block, (upload_table(itab, batch), upload_table(btab, batch),
-                         upload_table(fill.view(_UINT[dtype.itemsize]), batch)))
+    kernel(grid, block, tuple(upload_tables(batch, itab, btab, fill.view(_UINT[dtype.itemsize]))))
     return [out]

@@ -24,7 +24,7 @@ from stoker.operators.gpu_registry import (
     grid_for,
     host_fallback,
     register_gpu,
-    upload_table,
+    upload_tables,
 )
 from stoker.operators.image.geometry_batch import plan_rows, sample_scalars
 from stoker.operators.image.grid_mask import grid_mask_params
@@ -134,9 +134,9 @@ def paste_canvas_one(op, arg_inputs, i: int, shape) -> tuple[np.ndarray]:
 def _one_launch(op, batch, inputs, arg_inputs, kernel: str, tables):
     """The shared frame of both operators: the batch (made contiguous) into one flat output
     buffer, one launch of ``grid_mask_paste.<kernel>_<element size>``. ``tables(x, shapes, dtype)``
-    returns ``(itab, output shapes, extra)``, ``extra()`` the further kernel arguments (made only when
-    there is something to launch), ``itab`` with each sample's output
-    element count in column 2 and its pointers (set here) in columns 0 and 1."""
+    returns ``(itab, output shapes, host tables, scalars)``: the kernel's arguments are ``itab`` and
+    the host tables (uploaded here in one copy) followed by the scalars; ``itab`` holds each
+    sample's output element count in column 2 and its pointers (set here) in columns 0 and 1."""
     from stoker.backend import cuda
     from stoker.tensors_gpu import TensorListGPU
 
@@ -149,7 +149,7 @@ def _one_launch(op, batch, inputs, arg_inputs, kernel: str, tables):
     x = contiguous_samples(x)
     shapes = x.geometry()[2]
     dtype = np.dtype(types.to_numpy_type(x.dtype))
-    itab, out_shapes, extra = tables(x, shapes, dtype)
+    itab, out_shapes, host_tables, scalars = tables(x, shapes, dtype)
     sizes = itab[:, 2]
     buf, offsets, out = flat_output(out_shapes, sizes, dtype, layout, x.source_info())
     if not sizes.any():
@@ -158,7 +158,7 @@ def _one_launch(op, batch, inputs, arg_inputs, kernel: str, tables):
     itab[:, 1] = buf.data.ptr + offsets * dtype.itemsize
     grid, block = grid_for(int(sizes.max()), len(x))
     launch = cuda.load_kernel("grid_mask_paste", f"{kernel}_{dtype.itemsize}")
-    launch(grid, block, (upload_table(itab, batch), *extra()))
+    launch(grid, block, (*upload_tables(batch, itab, *host_tables), *scalars))
     return [out]
 
 
@@ -170,7 +170,7 @@ def gpu_grid_mask(op, batch, inputs, arg_inputs):
         params, = plan_rows(op, batch, len(x), lambda: grid_mask_grids(op, arg_inputs, shapes),
                             lambda i: grid_mask_grid_one(op, arg_inputs, i, shapes[i]))
         itab, ftab = grid_mask_tables(shapes, params)
-        return itab, shapes, lambda: (upload_table(ftab, batch),)
+        return itab, shapes, [ftab], ()
 
     return _one_launch(op, batch, inputs, arg_inputs, "grid_mask", tables)
 
@@ -184,7 +184,6 @@ def gpu_paste(op, batch, inputs, arg_inputs):
                               lambda i: paste_canvas_one(op, arg_inputs, i, shapes[i]))
         channels = int(op.args["n_channels"])
         itab, out_shapes = paste_tables(shapes, canvases, channels)
-        return itab, out_shapes, lambda: (upload_table(op.fill(dtype).view(_UINT[dtype.itemsize]), batch),
-                                          np.int32(channels))
+        return itab, out_shapes, [op.fill(dtype).view(_UINT[dtype.itemsize])], (np.int32(channels),)
 
     return _one_launch(op, batch, inputs, arg_inputs, "paste", tables)

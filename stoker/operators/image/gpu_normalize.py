@@ -40,6 +40,7 @@ from stoker.operators.gpu_registry import (
     plan_batch,
     register_gpu,
     upload_table,
+    upload_tables,
 )
 from stoker.operators.image.normalize import param_array
 from stoker.operators.image.normalize_stats import ragged_stats, stats_rows
@@ -420,8 +421,12 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     counts = np.prod(shapes[:, axes], axis=1, dtype=np.int64).tolist()
     shift = float(op.args["shift"])
 
+    # Both statistics given: their tables stay on the host until the kernel's rows join them in one
+    # copy (nothing reads them on the device before the map).
+    deferred = given[0] is not None and given[1] is not None and in_type in _SUFFIX and out_type in _SUFFIX
+
     def upload(host):
-        return upload_table(host, batch)
+        return host if deferred else upload_table(host, batch)
 
     dense = dense_view(x)
     if dense is not None:
@@ -433,7 +438,8 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
                                                             [count], n)
         rows = kernel_rows(shapes, axes) if in_type in _SUFFIX and out_type in _SUFFIX and n <= _MAX_GRID_Y else None
         if rows is not None:  # the map in one launch (CuPy's float64 steps: 2-4 passes and a float64 temporary)
-            return [_map(cuda, upload, x, rows, (mean, m_shared), (factor, f_shared), sizes, shift, out_type)]
+            return [_map(cuda, batch, x, rows, (mean, m_shared), (factor, f_shared), sizes, shift, out_type)]
+        mean, factor = (upload_table(t, batch) if _on_host(t) else t for t in (mean, factor))
         keep0 = tuple(keeps[0].tolist())
         mean = mean.reshape((1 if m_shared else n, *keep0))
         factor = factor.reshape((1 if f_shared else n, *keep0))
@@ -448,12 +454,18 @@ def gpu_normalize(op, batch, inputs, arg_inputs):
     x = contiguous_samples(x)
     ptrs = x.geometry()[0]
     mean_tab, factor_tab = _ragged_tables(cp, upload, op, x, ptrs, given, keeps, shapes, axes, counts)
-    return [_map(cuda, upload, x, rows, mean_tab, factor_tab, sizes, shift, out_type)]
+    return [_map(cuda, batch, x, rows, mean_tab, factor_tab, sizes, shift, out_type)]
 
 
-def _map(cuda, upload, x, rows, mean_tab, factor_tab, sizes, shift: float, out_type: np.dtype):
+def _on_host(table) -> bool:
+    """A table still in host memory (exactly NumPy's array: the tests' null device subclasses it)."""
+    return type(table) is np.ndarray
+
+
+def _map(cuda, batch, x, rows, mean_tab, factor_tab, sizes, shift: float, out_type: np.dtype):
     """``(x - mean) * factor + shift`` by one launch of ``normalize.cu`` over the batch ``x``
-    (contiguous samples) with the flat tables and the rows of :func:`kernel_rows`."""
+    (contiguous samples) with the flat tables and the rows of :func:`kernel_rows`; tables still on
+    the host (NumPy) go up in the rows' copy."""
     shapes = x.geometry()[2]
     rows[:, 3] = _offsets(mean_tab, sizes)
     rows[:, 4] = _offsets(factor_tab, sizes)
@@ -465,5 +477,9 @@ def _map(cuda, upload, x, rows, mean_tab, factor_tab, sizes, shift: float, out_t
     rows[:, 1] = buf.data.ptr + offsets * out_type.itemsize
     grid, block = grid_for(int(sample_sizes.max()), len(x))
     kernel = cuda.load_kernel("normalize", f"normalize_{_SUFFIX[x.element_dtype()]}_{_SUFFIX[out_type]}")
-    kernel(grid, block, (upload(rows), mean_tab[0], factor_tab[0], np.float64(shift)))
+    host = [_on_host(t[0]) for t in (mean_tab, factor_tab)]
+    tables = iter(upload_tables(batch, *(t[0] for t, h in zip((mean_tab, factor_tab), host) if h), rows))
+    mean_d, factor_d = (next(tables) if h else t[0] for t, h in zip((mean_tab, factor_tab), host))
+    rows_d = next(tables)
+    kernel(grid, block, (rows_d, mean_d, factor_d, np.float64(shift)))
     return out

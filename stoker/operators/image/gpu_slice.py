@@ -24,7 +24,7 @@ from stoker.operators.gpu_registry import (
     grid_for,
     host_fallback,
     register_gpu,
-    upload_table,
+    upload_tables,
 )
 from stoker.operators.image.geometry_batch import plan_rows
 from stoker.operators.image.slice import box_fill, box_fill_rows, box_window, box_windows
@@ -249,7 +249,7 @@ def copy_window_batch(x, out_shapes, starts, batch, dtype=None, fills=None, padd
     if sizes.max() > 0:
         grid, block = grid_for(int(sizes.max()), len(sizes))
         kernel = cuda.load_kernel("window_copy", f"window_copy_{dt.itemsize}")
-        kernel(grid, block, (upload_table(rows, batch), upload_table(fill_bits, batch)))
+        kernel(grid, block, tuple(upload_tables(batch, rows, fill_bits)))
     if dtype is not None and np.dtype(dtype) != dt:
         buf = cast_array(buf, dtype)  # elementwise, so the flat buffer converts as the samples would
     shapes = np.asarray(out_shapes, np.int64).reshape(len(sizes), -1)
@@ -296,7 +296,7 @@ def copy_windows(x, windows, batch, dtype=None):
     if sizes.max() > 0:
         grid, block = grid_for(int(sizes.max()), n)
         kernel = cuda.load_kernel("window_copy", f"window_copy_{dt.itemsize}")
-        kernel(grid, block, (upload_table(rows, batch), upload_table(fill_bits, batch)))
+        kernel(grid, block, tuple(upload_tables(batch, rows, fill_bits)))
     if dtype is not None and np.dtype(dtype) != dt:
         buf = cast_array(buf, dtype)
     return TensorListGPU.from_flat(buf, offsets, shapes, x.layout(), x.source_info())

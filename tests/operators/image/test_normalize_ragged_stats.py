@@ -339,6 +339,7 @@ def device(monkeypatch):
 
     with null_device.installed():
         monkeypatch.setattr(gn, "upload_table", record)
+        monkeypatch.setattr(gn, "upload_tables", lambda batch, *ts: [record(t, batch) for t in ts])
         monkeypatch.setattr(gn, "build_tables", build_tables)
         for s, t in TYPES.items():
             monkeypatch.setitem(null_device.EMULATED, f"ragged_stats_{s}", _model_emulator(t))
