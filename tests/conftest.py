@@ -38,6 +38,16 @@ def sample_jpeg_dir(tmp_path_factory):
 
 
 @pytest.fixture
+def null_cupy():
+    """The null CUDA device (tests/null_device.py: CuPy's host half on NumPy, kernels recorded and
+    skipped) installed for the test; yields the stand-in ``cupy`` module."""
+    import null_device
+
+    with null_device.installed() as cp:
+        yield cp
+
+
+@pytest.fixture
 def stoker_settings():
     """Change stoker settings until the test ends: ``stoker_settings(fuse=False)`` (by name, as
     ``stoker.settings.override`` takes them; a later call wins)."""

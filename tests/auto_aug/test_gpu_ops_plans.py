@@ -142,12 +142,6 @@ def test_one_channel_hwc_keeps_its_shape():
 
 # --- plans on the null device --------------------------------------------------------------------
 
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
-
-
 def _batch(samples, cp):
     from stoker.tensors_gpu import TensorListGPU
 

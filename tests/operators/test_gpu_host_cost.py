@@ -27,12 +27,6 @@ SMALL, LARGE = 4, 36
 SLACK = 8
 
 
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
-
-
 def _images(n: int, ragged: bool) -> list:
     rng = np.random.default_rng(n)
     sizes = rng.integers(30, 50, (n, 2)) if ragged else np.full((n, 2), 40)

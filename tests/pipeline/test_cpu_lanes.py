@@ -12,18 +12,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import null_device  # noqa: E402
 
 from stoker import settings  # noqa: E402
 
 N = 8
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the batch-operator helper needs Linux")
-
-
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
 
 
 def _sources():

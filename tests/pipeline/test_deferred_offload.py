@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import null_device  # noqa: E402
 from test_cpu_lanes import N, _sources  # noqa: E402 - (the same boxes, labels and images)
 
 from stoker import settings  # noqa: E402
@@ -19,12 +18,6 @@ from stoker.pipeline import deferred_offload  # noqa: E402
 
 ANCHORS = [0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 0.25, 0.25, 0.75, 0.75]
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the batch-operator helper needs Linux")
-
-
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
 
 
 def _pipe(bad_at=None, encoded_read_later=False):

@@ -2,26 +2,14 @@
 split stage gives the one-thread stage's batches, closes cleanly and reports errors by name. The
 decoders' side of it runs on fake engines in tests/operators/decoders/test_mixed_fake_engines.py."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import null_device  # noqa: E402
-
-import stoker.fn as fn  # noqa: E402
-import stoker.types as types  # noqa: E402
-from stoker import pipeline_def, settings  # noqa: E402
-from stoker.errors import OperatorError  # noqa: E402
-from stoker.pipeline.stage_setup import split_gpu_nodes  # noqa: E402
-
-
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
+import stoker.fn as fn
+import stoker.types as types
+from stoker import pipeline_def, settings
+from stoker.errors import OperatorError
+from stoker.pipeline.stage_setup import split_gpu_nodes
 
 
 def _images(n=5):

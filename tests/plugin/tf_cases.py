@@ -224,14 +224,6 @@ def test_device_mismatch():
     assert x.shape == (3, 2, 5)
 
 
-@pytest.fixture
-def null_cupy():
-    import null_device
-
-    with null_device.installed() as cp:
-        yield cp
-
-
 def test_gpu_outputs_on_a_cpu_placed_dataset(null_cupy):
     # GPU outputs (a null CUDA device: copies are real, kernels are not; .gpu() is a copy) in a
     # dataset placed on the CPU: refused, or copied to the host with fail_on_device_mismatch=False

@@ -477,9 +477,10 @@ def _map(cuda, batch, x, rows, mean_tab, factor_tab, sizes, shift: float, out_ty
     rows[:, 1] = buf.data.ptr + offsets * out_type.itemsize
     grid, block = grid_for(int(sample_sizes.max()), len(x))
     kernel = cuda.load_kernel("normalize", f"normalize_{_SUFFIX[x.element_dtype()]}_{_SUFFIX[out_type]}")
-    host = [_on_host(t[0]) for t in (mean_tab, factor_tab)]
-    tables = iter(upload_tables(batch, *(t[0] for t, h in zip((mean_tab, factor_tab), host) if h), rows))
-    mean_d, factor_d = (next(tables) if h else t[0] for t, h in zip((mean_tab, factor_tab), host))
-    rows_d = next(tables)
-    kernel(grid, block, (rows_d, mean_d, factor_d, np.float64(shift)))
+    stats = [mean_tab[0], factor_tab[0]]
+    on_host = [k for k, t in enumerate(stats) if _on_host(t)]
+    *uploaded, rows_d = upload_tables(batch, *(stats[k] for k in on_host), rows)
+    for k, table in zip(on_host, uploaded):
+        stats[k] = table
+    kernel(grid, block, (rows_d, *stats, np.float64(shift)))
     return out

@@ -73,6 +73,16 @@ def fake(monkeypatch):
         yield cp
 
 
+def _write_jpegs(root, count: int, seed: int, largest: int) -> None:
+    """``count`` random RGB JPEGs of 30 to ``largest`` - 1 pixels a side in two class folders."""
+    rng = np.random.default_rng(seed)
+    for k in range(count):
+        folder = root / f"c{k % 2}"
+        folder.mkdir(exist_ok=True)
+        h, w = rng.integers(30, largest, 2)
+        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+
+
 def _op(cpu_share=0.0, on_error=None):
     from stoker.operators.decoders import mixed
 
@@ -236,12 +246,7 @@ def test_an_ssd_like_pipeline_gives_the_same_batches_with_two_cpu_lanes(fake, tm
     import stoker.fn as fn
     from stoker import pipeline_def, settings
 
-    rng = np.random.default_rng(11)
-    for k in range(12):
-        folder = tmp_path / f"c{k % 2}"
-        folder.mkdir(exist_ok=True)
-        h, w = rng.integers(30, 80, 2)
-        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+    _write_jpegs(tmp_path, 12, seed=11, largest=80)
     boxes = [np.array([[0.1, 0.1, 0.5, 0.6], [0.3, 0.2, 0.9, 0.8]], np.float32)] * 4
     labels = [np.array([1, 2], np.int32)] * 4
 
@@ -290,12 +295,7 @@ def test_two_pipelines_in_one_process_give_their_own_batches_at_once(fake, tmp_p
     import stoker.fn as fn
     from stoker import pipeline_def
 
-    rng = np.random.default_rng(5)
-    for k in range(16):
-        folder = tmp_path / f"c{k % 2}"
-        folder.mkdir(exist_ok=True)
-        h, w = rng.integers(30, 90, 2)
-        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+    _write_jpegs(tmp_path, 16, seed=5, largest=90)
 
     def make(kind):
         @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=9 if kind == "train" else 4)
@@ -327,12 +327,7 @@ def test_a_split_gpu_stage_gives_the_batches_of_one_thread(fake, tmp_path):
     import stoker.types as types
     from stoker import pipeline_def, settings
 
-    rng = np.random.default_rng(3)
-    for k in range(10):
-        folder = tmp_path / f"c{k % 2}"
-        folder.mkdir(exist_ok=True)
-        h, w = rng.integers(30, 70, 2)
-        cv2.imwrite(str(folder / f"{k}.jpg"), rng.integers(0, 255, (h, w, 3), np.uint8))
+    _write_jpegs(tmp_path, 10, seed=3, largest=70)
 
     def run(split):
         @pipeline_def(batch_size=3, num_threads=2, device_id=0, seed=5, prefetch_queue_depth=3)

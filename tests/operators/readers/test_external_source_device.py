@@ -10,15 +10,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-import null_device  # noqa: E402
 
 N = 3
-
-
-@pytest.fixture
-def null_cupy():
-    with null_device.installed() as cp:
-        yield cp
 
 
 def _pipe(**es_args):
